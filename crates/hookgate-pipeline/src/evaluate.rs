@@ -1,0 +1,397 @@
+//! Deriving an event's identity from a verified delivery, and rendering its CRM writes.
+//! Pure: the same delivery always gives the same result.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use minijinja::Value as TemplateValue;
+use minijinja::value::Serde;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::check::{CompiledPipeline, CompiledSource, CompiledTarget};
+use crate::model::{Fingerprint, Operation, VersionType};
+use crate::template::RENDERED_BYTES_MAX;
+
+/// Event keys become part of a unique database index.
+pub const KEY_BYTES_MAX: usize = 512;
+/// Scopes, types and entities are short identifiers too.
+pub const LABEL_BYTES_MAX: usize = 256;
+
+/// A delivery as received; the signature has been verified already.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    pub headers: &'a [(String, Vec<u8>)],
+    pub body: &'a [u8],
+}
+
+/// What makes an event this event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Identity {
+    pub key: String,
+    pub scope: String,
+    pub event_type: Option<String>,
+    /// Hex SHA-256 of the parts that decide "same content".
+    pub fingerprint: String,
+    pub ordering: Option<OrderingValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderingValue {
+    pub entity: String,
+    pub version: Version,
+}
+
+/// An ordering version, comparable within its type.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    Integer(i64),
+    Timestamp(OffsetDateTime),
+    Text(String),
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Version::Integer(n) => write!(f, "{n}"),
+            Version::Timestamp(t) => {
+                let text = t.format(&Rfc3339).map_err(|_| fmt::Error)?;
+                f.write_str(&text)
+            }
+            Version::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl Serialize for Version {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// One CRM write, fully rendered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Upsert {
+    pub target: String,
+    pub connector: String,
+    pub object: String,
+    pub operation: Operation,
+    pub external_id_field: String,
+    pub external_id_value: String,
+    pub fields: BTreeMap<String, String>,
+}
+
+impl Serialize for Operation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// Why a verified delivery cannot become an event. The sender gets this text in a 400.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    #[error("{what}: the body is not valid JSON ({reason})")]
+    NotJson { what: String, reason: String },
+    #[error("{what}: header `{header}` is missing")]
+    MissingHeader { what: String, header: String },
+    #[error("{what}: JSON pointer `{pointer}` matches nothing in the payload")]
+    MissingPointer { what: String, pointer: String },
+    #[error("{what}: JSON pointer `{pointer}` is {found}, not a string or a number")]
+    NotScalar { what: String, pointer: String, found: &'static str },
+    #[error("{what}: {reason}")]
+    Template { what: String, reason: String },
+    #[error("{what} is empty")]
+    Empty { what: String },
+    #[error("{what} is {bytes} bytes, more than the {max}")]
+    TooLong { what: String, bytes: usize, max: usize },
+    #[error("ordering version `{text}` is not {expected}")]
+    BadVersion { text: String, expected: &'static str },
+}
+
+/// The template context of one delivery, built once.
+pub struct Context {
+    payload: Result<serde_json::Value, String>,
+    headers: BTreeMap<String, String>,
+    body: Option<String>,
+    event: Option<TemplateValue>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context").field("headers", &self.headers.keys()).finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub fn new(delivery: &Delivery<'_>) -> Context {
+        let payload = serde_json::from_slice(delivery.body).map_err(|e| e.to_string());
+        let headers = delivery
+            .headers
+            .iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), String::from_utf8_lossy(v).into_owned()))
+            .collect();
+        let body = std::str::from_utf8(delivery.body).ok().map(str::to_owned);
+        Context { payload, headers, body, event: None }
+    }
+
+    fn value(&self) -> TemplateValue {
+        let payload = match &self.payload {
+            Ok(json) => TemplateValue::from(Serde(json)),
+            Err(_) => TemplateValue::UNDEFINED,
+        };
+        let mut map = BTreeMap::new();
+        map.insert("payload", payload);
+        map.insert("headers", TemplateValue::from(Serde(&self.headers)));
+        map.insert(
+            "body",
+            self.body.as_deref().map(TemplateValue::from).unwrap_or(TemplateValue::UNDEFINED),
+        );
+        if let Some(event) = &self.event {
+            map.insert("event", event.clone());
+        }
+        TemplateValue::from(Serde(&map))
+    }
+
+    fn payload(&self, what: &str) -> Result<&serde_json::Value, EvalError> {
+        self.payload
+            .as_ref()
+            .map_err(|reason| EvalError::NotJson { what: what.to_owned(), reason: reason.clone() })
+    }
+}
+
+impl CompiledPipeline {
+    /// Derives key, scope, type, fingerprint and ordering from a verified delivery, and
+    /// returns the context the targets are rendered in.
+    pub fn identify(&self, delivery: &Delivery<'_>) -> Result<(Identity, Context), EvalError> {
+        let mut ctx = Context::new(delivery);
+        let key = self.source("key", &self.key, &ctx, delivery)?;
+        check_length("key", &key, KEY_BYTES_MAX)?;
+        let scope = match &self.scope {
+            Some(template) => self.render("scope", template, &ctx)?,
+            None => String::new(),
+        };
+        check_length("scope", &scope, LABEL_BYTES_MAX)?;
+        let event_type = match &self.event_type {
+            Some(source) => {
+                let value = self.source("event_type", source, &ctx, delivery)?;
+                check_length("event_type", &value, LABEL_BYTES_MAX)?;
+                Some(value)
+            }
+            None => None,
+        };
+        let fingerprint = match &self.fingerprint {
+            Fingerprint::RawBody => hex::encode(Sha256::digest(delivery.body)),
+            Fingerprint::Include(pointers) => {
+                let payload = ctx.payload("fingerprint")?;
+                let parts: Vec<&serde_json::Value> = pointers
+                    .iter()
+                    .map(|p| payload.pointer(p).unwrap_or(&serde_json::Value::Null))
+                    .collect();
+                canonical_hash(&parts)
+            }
+            Fingerprint::Exclude(pointers) => {
+                let mut payload = ctx.payload("fingerprint")?.clone();
+                for pointer in pointers {
+                    remove_pointer(&mut payload, pointer);
+                }
+                canonical_hash(&payload)
+            }
+        };
+        let mut event = BTreeMap::new();
+        event.insert("key", TemplateValue::from(key.clone()));
+        event.insert("scope", TemplateValue::from(scope.clone()));
+        event.insert(
+            "type",
+            event_type.clone().map(TemplateValue::from).unwrap_or(TemplateValue::from(())),
+        );
+        ctx.event = Some(TemplateValue::from(Serde(&event)));
+
+        let ordering = match &self.ordering {
+            Some(ordering) => {
+                let entity = self.render("ordering.entity", &ordering.entity, &ctx)?;
+                check_length("ordering.entity", &entity, LABEL_BYTES_MAX)?;
+                let text = self.render("ordering.version", &ordering.version, &ctx)?;
+                let version = parse_version(text.trim(), ordering.version_type)?;
+                Some(OrderingValue { entity, version })
+            }
+            None => None,
+        };
+        Ok((Identity { key, scope, event_type, fingerprint, ordering }, ctx))
+    }
+
+    /// The indexes of the targets whose `when` holds for this event.
+    pub fn due_targets(&self, ctx: &Context) -> Result<Vec<usize>, EvalError> {
+        let mut due = Vec::new();
+        for (i, target) in self.targets.iter().enumerate() {
+            let holds = match &target.when {
+                Some(template) => {
+                    self.render(&format!("targets[{i}].when"), template, ctx)? == "true"
+                }
+                None => true,
+            };
+            if holds {
+                due.push(i);
+            }
+        }
+        Ok(due)
+    }
+
+    /// Renders target `index` into a CRM write.
+    pub fn render_target(&self, index: usize, ctx: &Context) -> Result<Upsert, EvalError> {
+        let target: &CompiledTarget = &self.targets[index];
+        let external_id_value =
+            self.render(&target.external_id_value, &target.external_id_value, ctx)?;
+        if external_id_value.trim().is_empty() {
+            return Err(EvalError::Empty { what: target.external_id_value.clone() });
+        }
+        let mut fields = BTreeMap::new();
+        for (field, template) in &target.fields {
+            fields.insert(field.clone(), self.render(template, template, ctx)?);
+        }
+        Ok(Upsert {
+            target: target.name.clone(),
+            connector: target.connector.clone(),
+            object: target.object.clone(),
+            operation: target.operation,
+            external_id_field: target.external_id_field.clone(),
+            external_id_value,
+            fields,
+        })
+    }
+
+    /// Everything at once: identity and the rendered writes of the due targets.
+    pub fn evaluate(&self, delivery: &Delivery<'_>) -> Result<(Identity, Vec<Upsert>), EvalError> {
+        let (identity, ctx) = self.identify(delivery)?;
+        let upserts = self
+            .due_targets(&ctx)?
+            .into_iter()
+            .map(|i| self.render_target(i, &ctx))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((identity, upserts))
+    }
+
+    fn source(
+        &self,
+        what: &str,
+        source: &CompiledSource,
+        ctx: &Context,
+        delivery: &Delivery<'_>,
+    ) -> Result<String, EvalError> {
+        let value = match source {
+            CompiledSource::Header(name) => match ctx.headers.get(name) {
+                Some(value) => value.trim().to_owned(),
+                None => {
+                    return Err(EvalError::MissingHeader {
+                        what: what.to_owned(),
+                        header: name.clone(),
+                    });
+                }
+            },
+            CompiledSource::Pointer(pointer) => {
+                let payload = ctx.payload(what)?;
+                match payload.pointer(pointer) {
+                    None | Some(serde_json::Value::Null) => {
+                        return Err(EvalError::MissingPointer {
+                            what: what.to_owned(),
+                            pointer: pointer.clone(),
+                        });
+                    }
+                    Some(serde_json::Value::String(s)) => s.clone(),
+                    Some(serde_json::Value::Number(n)) => n.to_string(),
+                    Some(serde_json::Value::Bool(b)) => b.to_string(),
+                    Some(serde_json::Value::Array(_)) => {
+                        return Err(EvalError::NotScalar {
+                            what: what.to_owned(),
+                            pointer: pointer.clone(),
+                            found: "a list",
+                        });
+                    }
+                    Some(serde_json::Value::Object(_)) => {
+                        return Err(EvalError::NotScalar {
+                            what: what.to_owned(),
+                            pointer: pointer.clone(),
+                            found: "an object",
+                        });
+                    }
+                }
+            }
+            CompiledSource::Template(template) => self.render(what, template, ctx)?,
+            CompiledSource::BodySha256 => hex::encode(Sha256::digest(delivery.body)),
+        };
+        if value.is_empty() {
+            return Err(EvalError::Empty { what: what.to_owned() });
+        }
+        Ok(value)
+    }
+
+    fn render(&self, what: &str, template: &str, ctx: &Context) -> Result<String, EvalError> {
+        let compiled = self.env.get_template(template).expect("compiled at load time");
+        let rendered = compiled.render(ctx.value()).map_err(|error| {
+            // With a body that is not JSON, `payload` is undefined: say why.
+            if let (Err(reason), minijinja::ErrorKind::UndefinedError) =
+                (&ctx.payload, error.kind())
+            {
+                return EvalError::NotJson { what: what.to_owned(), reason: reason.clone() };
+            }
+            let mut reason = error.kind().to_string();
+            if let Some(detail) = error.detail() {
+                reason = format!("{reason}: {detail}");
+            }
+            EvalError::Template { what: what.to_owned(), reason }
+        })?;
+        check_length(what, &rendered, RENDERED_BYTES_MAX)?;
+        Ok(rendered)
+    }
+}
+
+fn check_length(what: &str, value: &str, max: usize) -> Result<(), EvalError> {
+    if value.len() > max {
+        return Err(EvalError::TooLong { what: what.to_owned(), bytes: value.len(), max });
+    }
+    Ok(())
+}
+
+fn parse_version(text: &str, version_type: VersionType) -> Result<Version, EvalError> {
+    let bad = |expected| EvalError::BadVersion { text: text.to_owned(), expected };
+    match version_type {
+        VersionType::Integer => {
+            text.parse().map(Version::Integer).map_err(|_| bad("a whole number"))
+        }
+        VersionType::Timestamp => OffsetDateTime::parse(text, &Rfc3339)
+            .map(|t| Version::Timestamp(t.to_offset(time::UtcOffset::UTC)))
+            .map_err(|_| bad("an RFC 3339 timestamp")),
+        VersionType::String => {
+            if text.is_empty() {
+                return Err(bad("a non-empty string"));
+            }
+            Ok(Version::Text(text.to_owned()))
+        }
+    }
+}
+
+/// serde_json's map is ordered by key (we do not enable `preserve_order`), so serialising a
+/// value gives one text per value whatever order the sender used.
+fn canonical_hash(value: &impl Serialize) -> String {
+    let bytes = serde_json::to_vec(value).expect("JSON values always serialise");
+    hex::encode(Sha256::digest(&bytes))
+}
+
+fn remove_pointer(value: &mut serde_json::Value, pointer: &str) {
+    let Some((parent, last)) = pointer.rsplit_once('/') else { return };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    match value.pointer_mut(parent) {
+        Some(serde_json::Value::Object(map)) => {
+            map.remove(&last);
+        }
+        Some(serde_json::Value::Array(items)) => {
+            if let Ok(index) = last.parse::<usize>()
+                && index < items.len()
+            {
+                items.remove(index);
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,50 @@
+//! The template environment: minijinja with strict undefined, no auto-escaping, bounded work and
+//! bounded output, and only deterministic helpers (no clock, no randomness, no I/O).
+
+use minijinja::value::ValueKind;
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use sha2::{Digest, Sha256};
+
+/// Work one render may do, in minijinja fuel units (roughly instructions). A mapping template
+/// uses a few hundred; a runaway loop is stopped here.
+pub const FUEL_MAX: u64 = 100_000;
+/// Bytes one rendered value may have.
+pub const RENDERED_BYTES_MAX: usize = 64 * 1024;
+/// Nested calls and blocks.
+const RECURSION_MAX: usize = 32;
+
+/// Variables a template sees before the event is identified (key, scope, type).
+pub const REQUEST_VARIABLES: &[&str] = &["payload", "headers", "body"];
+/// Variables a template sees once the event is identified (ordering, conditions, targets).
+pub const EVENT_VARIABLES: &[&str] = &["payload", "headers", "body", "event"];
+/// Functions minijinja provides that are deterministic; templates may call them.
+pub const BUILTIN_FUNCTIONS: &[&str] = &["range", "dict", "namespace"];
+
+pub fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.set_fuel(Some(FUEL_MAX));
+    env.set_recursion_limit(RECURSION_MAX);
+    env.add_filter("sha256", |value: String| hex::encode(Sha256::digest(value.as_bytes())));
+    // CRM fields receive JSON's spelling: `true`/`false`, and an empty value for null (minijinja
+    // would write Python's `True` and `none`).
+    env.set_formatter(|out, state, value| match value.kind() {
+        ValueKind::Bool => {
+            out.write_str(if value.is_true() { "true" } else { "false" }).map_err(Into::into)
+        }
+        ValueKind::None => Ok(()),
+        _ => minijinja::escape_formatter(out, state, value),
+    });
+    env
+}
+
+/// A `when` condition is an expression; it is compiled as a template that renders `true` when
+/// the expression holds, so it shares the environment, the limits and the error reporting.
+pub fn condition_template(expression: &str) -> String {
+    format!("{CONDITION_PREFIX}{expression}{CONDITION_SUFFIX}")
+}
+
+/// Characters added before the user's expression: error offsets are shifted back by this.
+pub const CONDITION_PREFIX: &str = "{% if (";
+const CONDITION_SUFFIX: &str = ") %}true{% endif %}";

@@ -1,0 +1,210 @@
+//! Loading tests driven by data: each `tests/diagnostics/NAME.yaml` is loaded as a pipeline
+//! (against the instances in `tests/diagnostics/instances.yaml`) and its diagnostics must equal
+//! `NAME.expected`. Run with `UPDATE_EXPECT=1` to rewrite the expected files after a deliberate
+//! change, and review the diff.
+
+use std::path::Path;
+
+use crate::{load_instances, load_pipeline};
+
+fn render(diagnostics: &[crate::Diagnostic]) -> String {
+    diagnostics.iter().map(|d| format!("{d}\n")).collect()
+}
+
+#[test]
+fn diagnostics_match_golden_files() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnostics");
+    let instances_source = std::fs::read_to_string(dir.join("instances.yaml")).unwrap();
+    let (instances, problems) = load_instances("instances.yaml", &instances_source);
+    assert!(problems.is_empty(), "{}", render(&problems));
+    let instances = instances.unwrap();
+
+    let mut cases: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml") && !p.ends_with("instances.yaml"))
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 20, "the corpus lost cases: {}", cases.len());
+    let update = std::env::var_os("UPDATE_EXPECT").is_some();
+    let mut failures = Vec::new();
+    for case in &cases {
+        let name = case.file_name().unwrap().to_str().unwrap();
+        let source = std::fs::read_to_string(case).unwrap();
+        let (compiled, diagnostics) = load_pipeline(name, &source, Some(&instances));
+        let mut actual = render(&diagnostics);
+        actual.push_str(if compiled.is_some() { "=> compiled\n" } else { "=> rejected\n" });
+        let expected_path = case.with_extension("expected");
+        if update {
+            std::fs::write(&expected_path, &actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+        if expected != actual {
+            failures.push(format!("--- {name}: expected\n{expected}--- actual\n{actual}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} golden files differ (UPDATE_EXPECT=1 rewrites them):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn schemas_in_the_repository_are_fresh() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas");
+    for (name, text) in crate::schemas() {
+        let committed = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        assert!(
+            committed == text,
+            "schemas/{name} is stale: run `cargo xtask codegen` and commit it"
+        );
+    }
+}
+
+#[test]
+fn every_unknown_field_in_a_file_is_reported_in_one_run() {
+    let source =
+        "name: p\nsingature: {}\nkye: {header: X}\ntargets: []\nretention: 30d\nextra: 1\n";
+    let (_, diagnostics) = load_pipeline("p.yaml", source, None);
+    let unknown: Vec<_> =
+        diagnostics.iter().filter(|d| d.message.starts_with("unknown field")).collect();
+    assert_eq!(unknown.len(), 3, "{}", render(&diagnostics));
+}
+
+mod evaluation {
+    use crate::evaluate::{Delivery, EvalError, Version};
+    use crate::{CompiledPipeline, load_pipeline};
+
+    fn pipeline(extra: &str, fields: &str) -> CompiledPipeline {
+        let source = format!(
+            "name: t\nsignature:\n  scheme: github\n  secrets: [{{env: S}}]\nkey:\n  pointer: /id\n{extra}\ntargets:\n  - name: t\n    connector: crm\n    object: o\n    external_id:\n      field: id\n      value: \"{{{{ payload.id }}}}\"\n    fields:\n{fields}\n"
+        );
+        let (compiled, diagnostics) = load_pipeline("t.yaml", &source, None);
+        compiled.unwrap_or_else(|| panic!("{source}\n{diagnostics:?}"))
+    }
+
+    fn eval(
+        pipeline: &CompiledPipeline,
+        body: &str,
+    ) -> Result<(crate::evaluate::Identity, Vec<crate::evaluate::Upsert>), EvalError> {
+        let headers = vec![("X-Trace".to_owned(), b"abc".to_vec())];
+        pipeline.evaluate(&Delivery { headers: &headers, body: body.as_bytes() })
+    }
+
+    #[test]
+    fn strict_undefined_is_an_error_but_default_and_none_are_allowed() {
+        let p = pipeline("", "      a: \"{{ payload.missing }}\"");
+        let err = eval(&p, r#"{"id":"1"}"#).unwrap_err();
+        assert!(matches!(err, EvalError::Template { .. }), "{err}");
+        assert!(err.to_string().starts_with("targets[0].fields.a: undefined value"), "{err}");
+
+        let p = pipeline(
+            "",
+            "      a: \"{{ payload.missing | default('-') }}\"\n      b: \"{{ payload.nothing }}\"\n      c: \"{{ payload.flag }}|{{ headers['x-trace'] }}|{{ event.key }}\"",
+        );
+        let (_, upserts) = eval(&p, r#"{"id":"1","nothing":null,"flag":true}"#).unwrap();
+        assert_eq!(upserts[0].fields["a"], "-");
+        assert_eq!(upserts[0].fields["b"], "", "null renders empty");
+        assert_eq!(
+            upserts[0].fields["c"], "true|abc|1",
+            "JSON spelling, lowercase header names, event"
+        );
+    }
+
+    #[test]
+    fn rendering_is_bounded() {
+        let p = pipeline(
+            "",
+            "      a: \"{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}\"",
+        );
+        let err = eval(&p, r#"{"id":"1"}"#).unwrap_err();
+        assert!(err.to_string().contains("fuel"), "a runaway loop runs out of fuel: {err}");
+
+        let p = pipeline("", "      a: \"{{ payload.big }}{{ payload.big }}\"");
+        let big = "y".repeat(40_000);
+        let err = eval(&p, &format!(r#"{{"id":"1","big":"{big}"}}"#)).unwrap_err();
+        assert!(matches!(err, EvalError::TooLong { max: 65536, .. }), "{err}");
+    }
+
+    #[test]
+    fn keys_from_pointers_must_be_scalars() {
+        let p = pipeline("", "      a: x");
+        assert_eq!(eval(&p, r#"{"id":7}"#).unwrap().0.key, "7");
+        let err = eval(&p, r#"{"id":{"nested":1}}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "key: JSON pointer `/id` is an object, not a string or a number"
+        );
+        let err = eval(&p, r#"{"other":1}"#).unwrap_err();
+        assert_eq!(err.to_string(), "key: JSON pointer `/id` matches nothing in the payload");
+        let err = eval(&p, "not json").unwrap_err();
+        assert!(err.to_string().starts_with("key: the body is not valid JSON"), "{err}");
+        let err = eval(&p, r#"{"id":""}"#).unwrap_err();
+        assert_eq!(err.to_string(), "key is empty");
+    }
+
+    #[test]
+    fn fingerprints_ignore_key_order_and_excluded_parts() {
+        let p = pipeline("fingerprint:\n  exclude: [/sent_at]", "      a: x");
+        let a = eval(&p, r#"{"id":"1","v":2,"sent_at":"t1"}"#).unwrap().0.fingerprint;
+        let b = eval(&p, r#"{"sent_at":"t2",  "v":2, "id":"1"}"#).unwrap().0.fingerprint;
+        let c = eval(&p, r#"{"id":"1","v":3,"sent_at":"t1"}"#).unwrap().0.fingerprint;
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+
+        let p = pipeline("fingerprint:\n  include: [/v]", "      a: x");
+        let a = eval(&p, r#"{"id":"1","v":2,"other":1}"#).unwrap().0.fingerprint;
+        let b = eval(&p, r#"{"id":"1","v":2,"other":2}"#).unwrap().0.fingerprint;
+        assert_eq!(a, b);
+
+        let p = pipeline("", "      a: x");
+        let a = eval(&p, r#"{"id":"1"}"#).unwrap().0.fingerprint;
+        let b = eval(&p, r#"{"id": "1"}"#).unwrap().0.fingerprint;
+        assert_ne!(a, b, "the default fingerprint is the raw body");
+    }
+
+    #[test]
+    fn versions_compare_within_their_type() {
+        let p = pipeline(
+            "ordering:\n  entity: \"{{ payload.e }}\"\n  version: \"{{ payload.v }}\"\n  version_type: timestamp",
+            "      a: x",
+        );
+        let at = |v: &str| {
+            eval(&p, &format!(r#"{{"id":"1","e":"E","v":"{v}"}}"#))
+                .map(|r| r.0.ordering.unwrap().version)
+        };
+        let earlier = at("2026-03-01T10:00:00+01:00").unwrap();
+        let later = at("2026-03-01T09:30:00Z").unwrap();
+        assert!(earlier < later, "compared as instants, whatever the offset");
+        assert_eq!(earlier.to_string(), "2026-03-01T09:00:00Z");
+        assert!(at("yesterday").unwrap_err().to_string().contains("is not an RFC 3339 timestamp"));
+
+        let p = pipeline(
+            "ordering:\n  entity: \"{{ payload.e }}\"\n  version: \"{{ payload.v }}\"\n  version_type: integer",
+            "      a: x",
+        );
+        let at = |v: &str| {
+            eval(&p, &format!(r#"{{"id":"1","e":"E","v":{v}}}"#))
+                .map(|r| r.0.ordering.unwrap().version)
+        };
+        assert_eq!(at("10").unwrap(), Version::Integer(10));
+        assert!(at("9").unwrap() < at("10").unwrap(), "numerically, not as text");
+        assert!(at("1.5").is_err());
+    }
+
+    #[test]
+    fn conditions_select_targets() {
+        let source = "name: t\nsignature:\n  scheme: github\n  secrets: [{env: S}]\nkey:\n  pointer: /id\nevent_type:\n  pointer: /type\ntargets:\n  - name: a\n    connector: crm\n    when: event.type == \"x\"\n    object: o\n    external_id: {field: id, value: \"{{ payload.id }}\"}\n  - name: b\n    connector: crm\n    when: event.type is startingwith(\"y\")\n    object: o\n    external_id: {field: id, value: \"{{ payload.id }}\"}\n";
+        let (p, d) = load_pipeline("t.yaml", source, None);
+        let p = p.unwrap_or_else(|| panic!("{d:?}"));
+        let targets = |body: &str| {
+            eval(&p, body).unwrap().1.into_iter().map(|u| u.target).collect::<Vec<_>>()
+        };
+        assert_eq!(targets(r#"{"id":"1","type":"x"}"#), ["a"]);
+        assert_eq!(targets(r#"{"id":"1","type":"yes"}"#), ["b"]);
+        assert!(targets(r#"{"id":"1","type":"z"}"#).is_empty());
+    }
+}

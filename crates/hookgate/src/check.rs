@@ -1,0 +1,265 @@
+//! Loading a project's configuration from disk, and `check`: every problem in every file at
+//! once, then every fixture run.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use hookgate_pipeline::model::SecretRef;
+use hookgate_pipeline::{
+    CompiledPipeline, Diagnostic, Instances, Pos, Span, load_fixture, load_instances, load_pipeline,
+};
+
+use crate::files::{self, BODY_BYTES_MAX};
+use crate::secrets::{self, SecretError};
+
+/// What an unresolvable secret reference is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretPolicy {
+    /// `check` in CI, where production secrets are absent: a warning.
+    Warn,
+    /// `serve`: an error, because the pipeline could not verify anything.
+    Require,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Pipeline files, or directories whose `*.yaml` files are pipelines.
+    pub paths: Vec<PathBuf>,
+    /// The connector-instances file.
+    pub instances: PathBuf,
+    pub secrets: SecretPolicy,
+}
+
+/// Loaded configuration: what compiled, and everything found on the way.
+#[derive(Debug)]
+pub struct Project {
+    pub instances: Option<Instances>,
+    pub pipelines: Vec<LoadedPipeline>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Debug)]
+pub struct LoadedPipeline {
+    pub path: PathBuf,
+    pub compiled: CompiledPipeline,
+}
+
+impl Project {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// Loads the instances file and every pipeline, checks cross-file rules (unique names) and
+/// resolves secrets under `options.secrets`.
+pub fn load(options: &Options) -> Project {
+    let mut diagnostics = Vec::new();
+    let instances_name = options.instances.display().to_string();
+    let instances = match files::read_config(&options.instances) {
+        Ok(source) => {
+            let (instances, found) = load_instances(&instances_name, &source);
+            diagnostics.extend(found);
+            instances
+        }
+        Err(diagnostic) => {
+            diagnostics
+                .push(diagnostic.with_hint("name the connector-instances file with `--instances`"));
+            None
+        }
+    };
+
+    let mut pipelines: Vec<LoadedPipeline> = Vec::new();
+    for path in pipeline_files(&options.paths, &mut diagnostics) {
+        let name = path.display().to_string();
+        let source = match files::read_config(&path) {
+            Ok(source) => source,
+            Err(diagnostic) => {
+                diagnostics.push(diagnostic);
+                continue;
+            }
+        };
+        let (compiled, found) = load_pipeline(&name, &source, instances.as_ref());
+        diagnostics.extend(found);
+        if let Some(compiled) = compiled {
+            pipelines.push(LoadedPipeline { path, compiled });
+        }
+    }
+
+    let mut seen: HashMap<&str, &CompiledPipeline> = HashMap::new();
+    for loaded in &pipelines {
+        let compiled = &loaded.compiled;
+        match seen.get(compiled.name.as_str()) {
+            Some(first) => diagnostics.push(
+                Diagnostic::error(
+                    &compiled.file,
+                    compiled.span_of_name(),
+                    format!("duplicate pipeline name `{}`", compiled.name),
+                )
+                .with_hint(format!(
+                    "`{}` is also the name of {}; names are intake paths and must be unique",
+                    compiled.name, first.file
+                )),
+            ),
+            None => {
+                seen.insert(&compiled.name, compiled);
+            }
+        }
+    }
+
+    let mut references: Vec<(&str, &SecretRef, Pos)> = Vec::new();
+    if let Some(instances) = &instances {
+        references.extend(instances.secrets.iter().map(|(r, p)| (instances.file.as_str(), r, *p)));
+    }
+    for loaded in &pipelines {
+        references.extend(
+            loaded.compiled.secrets.iter().map(|(r, p)| (loaded.compiled.file.as_str(), r, *p)),
+        );
+    }
+    for (file, reference, pos) in references {
+        if let Err(error) = secrets::resolve(reference) {
+            diagnostics.push(secret_diagnostic(file, pos, &error, options.secrets));
+        }
+    }
+    Project { instances, pipelines, diagnostics }
+}
+
+fn secret_diagnostic(
+    file: &str,
+    pos: Pos,
+    error: &SecretError,
+    policy: SecretPolicy,
+) -> Diagnostic {
+    let span = Span { start: pos, end: pos };
+    match policy {
+        SecretPolicy::Warn => Diagnostic::warning(file, span, error.to_string())
+            .with_hint("`hookgate serve` refuses to start until it is set"),
+        SecretPolicy::Require => Diagnostic::error(file, span, error.to_string())
+            .with_hint("set it before starting; secrets are never written in configuration files"),
+    }
+}
+
+/// The pipeline files named by `paths`: files as given, directories' `*.yaml` and `*.yml`
+/// files (not their subdirectories, which hold fixtures), sorted for a stable report.
+fn pipeline_files(paths: &[PathBuf], diagnostics: &mut Vec<Diagnostic>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            match std::fs::read_dir(path) {
+                Ok(entries) => {
+                    let mut found: Vec<PathBuf> = entries
+                        .filter_map(Result::ok)
+                        .map(|e| e.path())
+                        .filter(|p| p.is_file() && is_yaml(p))
+                        .collect();
+                    found.sort();
+                    out.extend(found);
+                }
+                Err(e) => {
+                    diagnostics.push(files::diagnostic(path, format!("cannot read directory: {e}")))
+                }
+            }
+        } else {
+            out.push(path.clone());
+        }
+    }
+    out
+}
+
+fn is_yaml(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+}
+
+/// The fixture directory of a pipeline: `pipelines/github.yaml` → `pipelines/github/`.
+pub fn fixture_dir(pipeline: &Path) -> PathBuf {
+    pipeline.with_extension("")
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub diagnostics: Vec<Diagnostic>,
+    pub pipelines: usize,
+    pub fixtures_run: usize,
+    pub fixtures_failed: usize,
+}
+
+impl Report {
+    pub fn errors(&self) -> usize {
+        self.diagnostics.iter().filter(|d| d.is_error()).count()
+    }
+
+    pub fn warnings(&self) -> usize {
+        self.diagnostics.len() - self.errors()
+    }
+
+    /// Diagnostics, then a summary line.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for diagnostic in &self.diagnostics {
+            let _ = writeln!(out, "{diagnostic}");
+        }
+        let _ = writeln!(
+            out,
+            "checked {} pipelines and {} fixtures ({} failed): {} errors, {} warnings",
+            self.pipelines,
+            self.fixtures_run,
+            self.fixtures_failed,
+            self.errors(),
+            self.warnings()
+        );
+        out
+    }
+}
+
+/// `hookgate check`: load everything, then run each compiled pipeline's fixtures.
+pub fn check(options: &Options) -> Report {
+    let project = load(options);
+    let mut report = Report { pipelines: project.pipelines.len(), ..Report::default() };
+    report.diagnostics = project.diagnostics;
+    for loaded in &project.pipelines {
+        run_fixtures(loaded, &mut report);
+    }
+    report.diagnostics.sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));
+    report
+}
+
+fn run_fixtures(loaded: &LoadedPipeline, report: &mut Report) {
+    let dir = fixture_dir(&loaded.path);
+    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let mut paths: Vec<PathBuf> =
+        entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| is_yaml(p)).collect();
+    paths.sort();
+    for path in paths {
+        report.fixtures_run += 1;
+        let before = report.errors();
+        run_fixture(&loaded.compiled, &path, report);
+        if report.errors() > before {
+            report.fixtures_failed += 1;
+        }
+    }
+}
+
+fn run_fixture(pipeline: &CompiledPipeline, path: &Path, report: &mut Report) {
+    let name = path.display().to_string();
+    let source = match files::read_config(path) {
+        Ok(source) => source,
+        Err(diagnostic) => return report.diagnostics.push(diagnostic),
+    };
+    let (loaded, found) = load_fixture(&name, &source);
+    report.diagnostics.extend(found);
+    let Some(loaded) = loaded else { return };
+    let body_path = path.parent().unwrap_or(Path::new(".")).join(&loaded.fixture.request.body_file);
+    let body = match files::read_bounded(&body_path, BODY_BYTES_MAX) {
+        Ok(body) => body,
+        Err(diagnostic) => {
+            let pos = loaded.position(&hookgate_pipeline::path!["request", "body_file"]);
+            let span = Span { start: pos, end: pos };
+            return report.diagnostics.push(Diagnostic::error(&name, span, diagnostic.message));
+        }
+    };
+    for mismatch in loaded.fixture.run(pipeline, &body) {
+        let pos = loaded.position(&mismatch.path);
+        let span = Span { start: pos, end: pos };
+        report.diagnostics.push(Diagnostic::error(&name, span, mismatch.message));
+    }
+}

@@ -1,0 +1,275 @@
+//! `hookgate check` as an operator runs it: a child process over real files.
+//!
+//! The shipped pipelines must pass with every fixture; broken copies of them must fail with a
+//! `file:line:column` diagnostic naming the problem; hostile files must be diagnosed, never
+//! crash the checker.
+
+// Helpers outside `#[test]` functions panic on a broken test setup, which is what a test should do.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+fn hookgate_check(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .arg("check")
+        .args(args)
+        .current_dir(dir)
+        .env_remove("HOOKGATE_INSTANCES")
+        .output()
+        .expect("hookgate runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A copy of the shipped pipelines and instances file, to break.
+fn project_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&root().join("pipelines"), &dir.path().join("pipelines"));
+    std::fs::copy(root().join("hookgate.yaml"), dir.path().join("hookgate.yaml")).unwrap();
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+fn replace_in(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{} does not contain {from:?}", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+#[test]
+fn shipped_pipelines_pass_with_every_fixture() {
+    let output = hookgate_check(&root(), &[]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("checked 4 pipelines and"), "{text}");
+    assert!(text.contains("(0 failed): 0 errors"), "{text}");
+
+    // Every example pipeline has a fixture for a valid delivery, a wrong signature and a
+    // missing signature header.
+    for pipeline in ["github", "stripe", "standard-webhooks", "crm-partner"] {
+        let mut verdicts = Vec::new();
+        for entry in std::fs::read_dir(root().join("pipelines").join(pipeline)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                if text.contains("signature: valid") && text.contains("upserts:") {
+                    verdicts.push("valid");
+                }
+                if text.contains("rejection: signature_mismatch") {
+                    verdicts.push("mismatch");
+                }
+                if text.contains("rejection: missing_header") {
+                    verdicts.push("missing");
+                }
+            }
+        }
+        for needed in ["valid", "mismatch", "missing"] {
+            assert!(verdicts.contains(&needed), "{pipeline} has no `{needed}` fixture");
+        }
+    }
+}
+
+/// One breakage of a shipped file, and the diagnostic it must produce.
+struct Breakage {
+    file: &'static str,
+    from: &'static str,
+    to: &'static str,
+    expected: &'static str,
+}
+
+const BREAKAGES: &[Breakage] = &[
+    Breakage {
+        file: "pipelines/github.yaml",
+        from: "signature:",
+        to: "singature:",
+        expected: "pipelines/github.yaml:9:1: error: unknown field `singature`\n  = hint: did you mean `signature`?",
+    },
+    Breakage {
+        file: "pipelines/github.yaml",
+        from: "connector: crm",
+        to: "connector: crn",
+        expected: "pipelines/github.yaml:16:16: error: unknown connector instance `crn`\n  = hint: did you mean `crm`? (defined in hookgate.yaml)",
+    },
+    Breakage {
+        file: "pipelines/stripe.yaml",
+        from: "{{ payload.data.object.email }}",
+        to: "{{ payload.data.object.email }",
+        expected: "pipelines/stripe.yaml:27:44: error: template syntax error",
+    },
+    Breakage {
+        file: "pipelines/stripe.yaml",
+        from: "version_type: integer",
+        to: "version_type: number",
+        expected: "pipelines/stripe.yaml:17:17: error: unknown variant `number`\n  = hint: expected one of `integer`, `timestamp`, `string`",
+    },
+    Breakage {
+        file: "pipelines/crm-partner.yaml",
+        from: "scheme: hmac",
+        to: "scheme: hmca",
+        expected: "pipelines/crm-partner.yaml:10:11: error: unknown variant `hmca`\n  = hint: did you mean `hmac`?",
+    },
+    Breakage {
+        file: "pipelines/crm-partner.yaml",
+        from: "{{ payload.PatientId }}\"\n  version",
+        to: "{{ patient.id }}\"\n  version",
+        expected: "pipelines/crm-partner.yaml:23:15: error: template uses `patient`, which is not defined here",
+    },
+    Breakage {
+        file: "pipelines/standard-webhooks.yaml",
+        from: "tolerance: 5m",
+        to: "tolerance: 5 minutez",
+        expected: "pipelines/standard-webhooks.yaml:11:14: error: invalid duration `5 minutez`",
+    },
+    Breakage {
+        file: "pipelines/standard-webhooks.yaml",
+        from: "targets:",
+        to: "targets:\n\t- name: x",
+        expected: "pipelines/standard-webhooks.yaml:19:2: error: invalid YAML: tabs disallowed",
+    },
+    Breakage {
+        file: "hookgate.yaml",
+        from: "kind: mock",
+        to: "kind: mocked",
+        expected: "hookgate.yaml:7:11: error: unknown variant `mocked`\n  = hint: did you mean `mock`?",
+    },
+    // A fixture whose expectation no longer holds fails at the expectation's line.
+    Breakage {
+        file: "pipelines/github/push.yaml",
+        from: "value: monalisa",
+        to: "value: octocat",
+        expected: "pipelines/github/push.yaml:19:7: error: external_id.value: expected `octocat`, got `monalisa`",
+    },
+    Breakage {
+        file: "pipelines/crm-partner/missing-header.yaml",
+        from: "rejection: missing_header",
+        to: "rejection: signature_mismatch",
+        expected: "pipelines/crm-partner/missing-header.yaml:12:14: error: expected rejection `signature_mismatch`, got `missing_header`",
+    },
+    Breakage {
+        file: "pipelines/stripe/published-vector.yaml",
+        from: "now: 2018-08-02T10:12:00Z",
+        to: "now: 2018-08-02T10:20:00Z",
+        expected: "pipelines/stripe/published-vector.yaml:11:14: error: expected a valid signature, but it was rejected: timestamp 580 s old, past the 300 s tolerance",
+    },
+];
+
+#[test]
+fn broken_copies_fail_with_located_diagnostics() {
+    for breakage in BREAKAGES {
+        let project = project_copy();
+        replace_in(&project.path().join(breakage.file), breakage.from, breakage.to);
+        let output = hookgate_check(project.path(), &[]);
+        let text = stdout(&output);
+        assert_eq!(output.status.code(), Some(1), "{} should fail:\n{text}", breakage.file);
+        assert!(
+            text.contains(breakage.expected),
+            "{}: expected\n{}\nin\n{text}",
+            breakage.file,
+            breakage.expected
+        );
+    }
+}
+
+#[test]
+fn duplicate_pipeline_names_across_files_are_reported() {
+    let project = project_copy();
+    std::fs::copy(
+        project.path().join("pipelines/github.yaml"),
+        project.path().join("pipelines/github-copy.yaml"),
+    )
+    .unwrap();
+    let output = hookgate_check(project.path(), &[]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("pipelines/github.yaml:6:7: error: duplicate pipeline name `github`\n  = hint: `github` is also the name of pipelines/github-copy.yaml"), "{text}");
+}
+
+#[test]
+fn hostile_files_are_diagnosed_not_crashed_on() {
+    let project = project_copy();
+    let pipelines = project.path().join("pipelines");
+    // 50 MB: refused from its size, without being parsed.
+    let big = std::fs::File::create(pipelines.join("huge.yaml")).unwrap();
+    big.set_len(50 * 1024 * 1024).unwrap();
+    std::fs::write(
+        pipelines.join("binary.yaml"),
+        [0x6e, 0x61, 0x6d, 0x65, 0x3a, 0x20, 0xff, 0xfe, 0x00],
+    )
+    .unwrap();
+    std::fs::write(pipelines.join("deep.yaml"), format!("name: {}", "{a: ".repeat(20_000)))
+        .unwrap();
+    let bomb: String = std::iter::once("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n".to_owned())
+        .chain((1..12).map(|i| format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n", p = i - 1)))
+        .collect();
+    std::fs::write(pipelines.join("bomb.yaml"), bomb).unwrap();
+    std::fs::write(pipelines.join("wrong-types.yaml"), "name: [1, 2]\nsignature: 7\ntargets: {}\n")
+        .unwrap();
+    std::fs::write(
+        pipelines.join("truncated.yaml"),
+        "name: t\nsignature:\n  secrets:\n    - env: \"X",
+    )
+    .unwrap();
+
+    let output = hookgate_check(project.path(), &[]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "exit 1 (diagnostics), not 101 (panic):\n{text}");
+    for expected in [
+        "pipelines/huge.yaml:1:1: error: the file is 52428800 bytes, larger than the 1048576-byte limit",
+        "pipelines/binary.yaml:1:1: error: the file is not UTF-8 (invalid byte at offset 6)",
+        "pipelines/deep.yaml:1:",
+        "is this an alias bomb?",
+        "pipelines/wrong-types.yaml:1:7: error: expected a string, found a list",
+        "pipelines/truncated.yaml:4:12: error: invalid YAML",
+    ] {
+        assert!(text.contains(expected), "expected {expected:?} in\n{text}");
+    }
+    // The good pipelines are still checked and their fixtures still run.
+    assert!(text.contains("checked 4 pipelines and 21 fixtures (0 failed)"), "{text}");
+}
+
+#[test]
+fn a_missing_instances_file_is_an_error_that_says_how_to_fix_it() {
+    let project = project_copy();
+    let output = hookgate_check(project.path(), &["pipelines", "--instances", "nowhere.yaml"]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("nowhere.yaml:1:1: error: cannot read: No such file or directory"),
+        "{text}"
+    );
+    assert!(text.contains("name the connector-instances file with `--instances`"), "{text}");
+}
+
+#[test]
+fn unset_secrets_are_warnings_for_check() {
+    let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check"])
+        .current_dir(root())
+        .env("GITHUB_WEBHOOK_SECRET", "set")
+        .env_remove("STRIPE_WEBHOOK_SECRET")
+        .output()
+        .unwrap();
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("pipelines/stripe.yaml:10:7: warning: environment variable `STRIPE_WEBHOOK_SECRET` is not set"), "{text}");
+    assert!(!text.contains("GITHUB_WEBHOOK_SECRET"), "a set secret is not reported: {text}");
+}
