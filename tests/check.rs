@@ -273,3 +273,20 @@ fn unset_secrets_are_warnings_for_check() {
     assert!(text.contains("pipelines/stripe.yaml:10:7: warning: environment variable `STRIPE_WEBHOOK_SECRET` is not set"), "{text}");
     assert!(!text.contains("GITHUB_WEBHOOK_SECRET"), "a set secret is not reported: {text}");
 }
+
+#[test]
+fn unset_secrets_are_errors_when_serving() {
+    // The policy `serve` loads with; exercised through the library, since `serve` would start.
+    let options = hookgate::check::Options {
+        paths: vec![root().join("pipelines/stripe.yaml")],
+        instances: root().join("hookgate.yaml"),
+        secrets: hookgate::check::SecretPolicy::Require,
+    };
+    let project = hookgate::check::load(&options);
+    assert!(project.has_errors());
+    let rendered: Vec<String> = project.diagnostics.iter().map(ToString::to_string).collect();
+    assert!(
+        rendered.iter().any(|d| d.ends_with("stripe.yaml:10:7: error: environment variable `STRIPE_WEBHOOK_SECRET` is not set\n  = hint: set it before starting; secrets are never written in configuration files")),
+        "{rendered:#?}"
+    );
+}
