@@ -38,6 +38,8 @@ pub struct CompiledPipeline {
     pub fingerprint: Fingerprint,
     pub ordering: Option<CompiledOrdering>,
     pub targets: Vec<CompiledTarget>,
+    /// What a conflicting delivery is answered: 409, or a 2xx the pipeline chose.
+    pub conflict_status: u16,
     pub delivery: crate::model::DeliveryPolicy,
     pub retention: Duration,
     pub(crate) env: Environment<'static>,
@@ -304,6 +306,13 @@ pub(crate) fn check_pipeline(
         })
         .collect();
 
+    let conflict_status = model.conflict_status.unwrap_or(409);
+    if !(conflict_status == 409 || (200..300).contains(&conflict_status)) {
+        c.error(
+            &path!["conflict_status"],
+            format!("conflict_status must be 409 or a 2xx, not {conflict_status}"),
+        );
+    }
     let policy = &model.delivery;
     if policy.attempts_max == 0 || policy.attempts_max > ATTEMPTS_MAX_LIMIT {
         c.error(
@@ -343,6 +352,7 @@ pub(crate) fn check_pipeline(
         fingerprint,
         ordering,
         targets,
+        conflict_status,
         delivery: model.delivery.clone(),
         retention: model.retention.0,
         env: c.env,

@@ -65,6 +65,30 @@ impl fmt::Display for Version {
     }
 }
 
+impl Version {
+    /// A text whose byte order is the version order within one version type, for storage
+    /// and comparison in SQL.
+    pub fn sort_key(&self) -> String {
+        match self {
+            // Flipping the sign bit maps i64 order onto u64 order; 20 digits hold any u64.
+            Version::Integer(n) => format!("{:020}", (*n as u64) ^ (1 << 63)),
+            // Fixed width, UTC, nanoseconds: RFC 3339 years are 0000-9999, so text order is
+            // time order.
+            Version::Timestamp(t) => format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.nanosecond()
+            ),
+            Version::Text(s) => s.clone(),
+        }
+    }
+}
+
 impl Serialize for Version {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
@@ -182,7 +206,7 @@ impl CompiledPipeline {
             None => None,
         };
         let fingerprint = match &self.fingerprint {
-            Fingerprint::RawBody => hex::encode(Sha256::digest(delivery.body)),
+            Fingerprint::RawBody => body_sha256(delivery.body),
             Fingerprint::Include(pointers) => {
                 let payload = ctx.payload("fingerprint")?;
                 let parts: Vec<&serde_json::Value> = pointers
@@ -318,7 +342,7 @@ impl CompiledPipeline {
                 }
             }
             CompiledSource::Template(template) => self.render(what, template, ctx)?,
-            CompiledSource::BodySha256 => hex::encode(Sha256::digest(delivery.body)),
+            CompiledSource::BodySha256 => body_sha256(delivery.body),
         };
         if value.is_empty() {
             return Err(EvalError::Empty { what: what.to_owned() });
@@ -344,6 +368,11 @@ impl CompiledPipeline {
         check_length(what, &rendered, RENDERED_BYTES_MAX)?;
         Ok(rendered)
     }
+}
+
+/// The hex SHA-256 of a body: the `body_sha256` key and the default fingerprint.
+pub fn body_sha256(body: &[u8]) -> String {
+    hex::encode(Sha256::digest(body))
 }
 
 fn check_length(what: &str, value: &str, max: usize) -> Result<(), EvalError> {

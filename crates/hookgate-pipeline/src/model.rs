@@ -46,6 +46,10 @@ pub struct Pipeline {
     pub ordering: Option<Ordering>,
     /// The CRM writes one event makes.
     pub targets: Vec<Target>,
+    /// The status answered for a repeated key with different content: 409 (the default), or a
+    /// 2xx for senders that retry anything else forever. The conflict is recorded either way.
+    #[serde(default)]
+    pub conflict_status: Option<u16>,
     /// Retries of CRM writes.
     #[serde(default)]
     pub delivery: DeliveryPolicy,

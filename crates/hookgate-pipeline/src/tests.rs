@@ -180,6 +180,8 @@ mod evaluation {
         let later = at("2026-03-01T09:30:00Z").unwrap();
         assert!(earlier < later, "compared as instants, whatever the offset");
         assert_eq!(earlier.to_string(), "2026-03-01T09:00:00Z");
+        assert_eq!(earlier.sort_key(), "2026-03-01T09:00:00.000000000Z");
+        assert!(earlier.sort_key() < at("2026-03-01T09:00:00.5Z").unwrap().sort_key());
         assert!(at("yesterday").unwrap_err().to_string().contains("is not an RFC 3339 timestamp"));
 
         let p = pipeline(
@@ -192,6 +194,11 @@ mod evaluation {
         };
         assert_eq!(at("10").unwrap(), Version::Integer(10));
         assert!(at("9").unwrap() < at("10").unwrap(), "numerically, not as text");
+        let keys: Vec<String> = ["-10", "-1", "0", "9", "10", "9223372036854775807"]
+            .iter()
+            .map(|v| at(v).unwrap().sort_key())
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "sort keys keep integer order: {keys:?}");
         assert!(at("1.5").is_err());
     }
 

@@ -10,3 +10,4 @@
 pub mod check;
 pub mod files;
 pub mod secrets;
+pub mod serve;

@@ -1,0 +1,220 @@
+//! The engine: what happens to a delivery, independent of HTTP.
+//!
+//! # Intake, in this order
+//! 1. Find the pipeline.
+//! 2. Verify the signature over the raw bytes; nothing is parsed or stored before it holds.
+//! 3. Derive the scoped key, fingerprint, type and ordering value, and the targets that apply.
+//! 4. One transaction: the event and its outbox items, or a duplicate counted on the original,
+//!    or a conflict kept beside it. A delivery whose event cannot be derived is kept as
+//!    rejected evidence.
+//! 5. Only then is an outcome returned, and only an outcome returned after a commit maps to a
+//!    2xx.
+//!
+//! No CRM work happens here: the sender never waits for a CRM.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hookgate_pipeline::CompiledPipeline;
+use hookgate_pipeline::evaluate::{Delivery, EvalError};
+use hookgate_store::{
+    IntakeRecord, NewDelivery, NewOutboxItem, RejectedDelivery, Store, StoreError,
+};
+use hookgate_verify::{Clock, Rejection, Request, Verifier};
+
+/// Headers never stored, whatever the scheme: they carry credentials.
+const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
+
+/// A pipeline ready to serve: compiled configuration and a verifier with its secrets.
+#[derive(Debug)]
+pub struct ServedPipeline {
+    pub compiled: CompiledPipeline,
+    pub verifier: Verifier,
+    /// Lowercased header names that are not stored: signature and credential headers.
+    unstored_headers: Vec<String>,
+}
+
+impl ServedPipeline {
+    pub fn new(compiled: CompiledPipeline, verifier: Verifier) -> ServedPipeline {
+        let mut unstored_headers = verifier.scheme().signature_headers();
+        unstored_headers.extend(CREDENTIAL_HEADERS.iter().map(|h| (*h).to_owned()));
+        ServedPipeline { compiled, verifier, unstored_headers }
+    }
+
+    /// The headers kept as evidence, as a JSON array of `[name, value]` pairs in the order
+    /// received (a name may repeat), without signature and credential headers.
+    fn stored_headers(&self, headers: &[(String, Vec<u8>)]) -> String {
+        let kept: Vec<[String; 2]> = headers
+            .iter()
+            .filter(|(name, _)| !self.unstored_headers.iter().any(|h| name.eq_ignore_ascii_case(h)))
+            .map(|(name, value)| {
+                [name.to_ascii_lowercase(), String::from_utf8_lossy(value).into_owned()]
+            })
+            .collect();
+        serde_json::to_string(&kept).expect("strings always serialise")
+    }
+}
+
+/// One request as received at the edge.
+#[derive(Debug, Clone, Copy)]
+pub struct IncomingDelivery<'a> {
+    pub pipeline: &'a str,
+    pub method: &'a str,
+    /// The public URL the sender called (URL-signed schemes sign it).
+    pub url: &'a str,
+    pub headers: &'a [(String, Vec<u8>)],
+    pub body: &'a [u8],
+    pub received_at_ms: i64,
+}
+
+/// What intake made of a delivery. The HTTP edge maps each to a status code.
+#[derive(Debug)]
+pub enum IntakeOutcome {
+    /// New event, committed with its outbox items.
+    Accepted {
+        event_id: i64,
+    },
+    /// Same key, same content: counted on the original, nothing scheduled.
+    Duplicate {
+        event_id: i64,
+    },
+    /// Same key, different content: the original kept, this delivery recorded as a conflict.
+    Conflict {
+        event_id: i64,
+        status: u16,
+    },
+    /// Signed correctly, but no event can be derived; kept as rejected evidence.
+    Rejected {
+        reason: EvalError,
+    },
+    /// The signature does not hold. Nothing was stored.
+    Unauthorized(Rejection),
+    UnknownPipeline,
+    /// The database cannot take the delivery now; the sender should retry.
+    Unavailable(StoreError),
+    /// The database failed in a way a retry will not fix by itself.
+    Failed(StoreError),
+}
+
+/// Intake for every served pipeline over one store.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    pipelines: Arc<HashMap<String, ServedPipeline>>,
+    store: Store,
+}
+
+impl Gateway {
+    pub fn new(store: Store, pipelines: Vec<ServedPipeline>) -> Gateway {
+        let pipelines = pipelines.into_iter().map(|p| (p.compiled.name.clone(), p)).collect();
+        Gateway { pipelines: Arc::new(pipelines), store }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn pipeline_names(&self) -> impl Iterator<Item = &str> {
+        self.pipelines.keys().map(String::as_str)
+    }
+
+    pub async fn intake(&self, incoming: &IncomingDelivery<'_>) -> IntakeOutcome {
+        let Some(pipeline) = self.pipelines.get(incoming.pipeline) else {
+            return IntakeOutcome::UnknownPipeline;
+        };
+        let request = Request {
+            method: incoming.method,
+            url: incoming.url,
+            headers: incoming.headers,
+            body: incoming.body,
+        };
+        let now = Clock { unix_ms: incoming.received_at_ms };
+        if let Err(rejection) = pipeline.verifier.verify(&request, now) {
+            tracing::info!(pipeline = incoming.pipeline, reason = %rejection, "signature rejected");
+            return IntakeOutcome::Unauthorized(rejection);
+        }
+
+        let delivery = Delivery { headers: incoming.headers, body: incoming.body };
+        let headers_json = pipeline.stored_headers(incoming.headers);
+        let derived = pipeline.compiled.identify(&delivery).and_then(|(identity, ctx)| {
+            let due = pipeline.compiled.due_targets(&ctx)?;
+            Ok((identity, due))
+        });
+        let (identity, due) = match derived {
+            Ok(derived) => derived,
+            Err(reason) => {
+                let text = reason.to_string();
+                let rejected = RejectedDelivery {
+                    pipeline: incoming.pipeline,
+                    received_at_ms: incoming.received_at_ms,
+                    reason: &text,
+                    headers_json: &headers_json,
+                    body: incoming.body,
+                };
+                return match self.store.record_rejection(&rejected).await {
+                    Ok(id) => {
+                        tracing::info!(pipeline = incoming.pipeline, delivery_id = id, reason = %text, "delivery rejected");
+                        IntakeOutcome::Rejected { reason }
+                    }
+                    Err(error) => store_failure(incoming.pipeline, error),
+                };
+            }
+        };
+
+        let (entity, version) = match &identity.ordering {
+            Some(ordering) => (Some(ordering.entity.clone()), Some(ordering.version.sort_key())),
+            None => (None, None),
+        };
+        let outbox = due
+            .into_iter()
+            .map(|index| NewOutboxItem {
+                target: pipeline.compiled.targets[index].name.clone(),
+                target_index: i64::try_from(index).unwrap_or(i64::MAX),
+                entity: entity.clone(),
+                version: version.clone(),
+            })
+            .collect();
+        let new = NewDelivery {
+            pipeline: incoming.pipeline,
+            scope: &identity.scope,
+            key: &identity.key,
+            fingerprint: &identity.fingerprint,
+            event_type: identity.event_type.as_deref(),
+            received_at_ms: incoming.received_at_ms,
+            headers_json: &headers_json,
+            body: incoming.body,
+            outbox,
+        };
+        match self.store.record_intake(&new).await {
+            Ok(IntakeRecord::Accepted { event_id }) => {
+                tracing::info!(pipeline = incoming.pipeline, event_id, key = %identity.key, "event accepted");
+                IntakeOutcome::Accepted { event_id }
+            }
+            Ok(IntakeRecord::Duplicate { event_id }) => {
+                tracing::info!(pipeline = incoming.pipeline, event_id, key = %identity.key, "duplicate delivery");
+                IntakeOutcome::Duplicate { event_id }
+            }
+            Ok(IntakeRecord::Conflict { event_id }) => {
+                tracing::warn!(pipeline = incoming.pipeline, event_id, key = %identity.key, "conflicting delivery: same key, different content");
+                IntakeOutcome::Conflict { event_id, status: pipeline.compiled.conflict_status }
+            }
+            Err(error) => store_failure(incoming.pipeline, error),
+        }
+    }
+}
+
+fn store_failure(pipeline: &str, error: StoreError) -> IntakeOutcome {
+    if error.is_unavailable() {
+        tracing::warn!(pipeline, error = %error, "database unavailable");
+        IntakeOutcome::Unavailable(error)
+    } else {
+        tracing::error!(pipeline, error = %error, "database failure");
+        IntakeOutcome::Failed(error)
+    }
+}
+
+/// Milliseconds since the Unix epoch, the engine's clock.
+pub fn now_ms() -> i64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}

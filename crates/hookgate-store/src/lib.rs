@@ -1,0 +1,563 @@
+//! The only crate that speaks SQL.
+//!
+//! Two backends behave identically: SQLite (a file, WAL, `synchronous=FULL`), the embedded
+//! default, and PostgreSQL, for production and for several gateway processes sharing one
+//! database. Migrations are embedded and applied on connect.
+//!
+//! # Layout
+//! - [`Store`]: the connection pools and every query. Each query is written once where both
+//!   dialects agree; the `on_both!` macro expands one body for each backend's pool type.
+//! - Records ([`EventRecord`], [`OutboxRecord`], [`DeliveryRecord`]) are plain data returned
+//!   to callers; the engine gives them meaning.
+//!
+//! # Invariants
+//! - An event is inserted together with its outbox items in one transaction; a caller told
+//!   [`IntakeRecord::Accepted`] knows both are committed.
+//! - Deduplication is the `UNIQUE (pipeline, scope, event_key)` constraint, never a read
+//!   followed by a write.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Row};
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or is saturated now; the same call may succeed later.
+    /// Intake answers 503 with Retry-After.
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    #[error("unsupported database URL `{0}`: use sqlite://PATH or postgres://...")]
+    UnsupportedUrl(String),
+}
+
+impl StoreError {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> StoreError {
+        let unavailable = match &error {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => match db.code() {
+                // PostgreSQL: connection exceptions (08), operator intervention such as a
+                // shutdown (57), insufficient resources (53). SQLite: busy (5), locked (6).
+                Some(code) => {
+                    code.starts_with("08")
+                        || code.starts_with("57")
+                        || code.starts_with("53")
+                        || code == "5"
+                        || code == "6"
+                }
+                None => false,
+            },
+            _ => false,
+        };
+        if unavailable { StoreError::Unavailable(error) } else { StoreError::Database(error) }
+    }
+}
+
+/// How the pools are sized and how long a caller waits for a connection.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// PostgreSQL connections per process.
+    pub max_connections: u32,
+    /// How long a request waits for a connection before it is answered 503.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> StoreOptions {
+        StoreOptions { max_connections: 16, acquire_timeout: Duration::from_secs(3) }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Store {
+    Sqlite {
+        /// One connection: SQLite has one writer, and queueing in the pool is cheaper and fairer
+        /// than `SQLITE_BUSY` retries.
+        writer: SqlitePool,
+        /// WAL lets readers proceed while the writer commits.
+        reader: SqlitePool,
+    },
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the backend's pool; the body is compiled once per
+/// backend, so one query text serves both where the dialects agree.
+macro_rules! on_both {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match $store {
+            Store::Sqlite { writer: $pool, .. } => $body,
+            Store::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Like `on_both!`, for reads: SQLite reads go to the reader pool.
+macro_rules! read_on_both {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match $store {
+            Store::Sqlite { reader: $pool, .. } => $body,
+            Store::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Everything about one verified delivery that the inbox keeps.
+#[derive(Debug, Clone)]
+pub struct NewDelivery<'a> {
+    pub pipeline: &'a str,
+    pub scope: &'a str,
+    pub key: &'a str,
+    pub fingerprint: &'a str,
+    pub event_type: Option<&'a str>,
+    pub received_at_ms: i64,
+    /// JSON object of the stored headers (signature and credential headers removed).
+    pub headers_json: &'a str,
+    pub body: &'a [u8],
+    /// The outbox items to create if the event is new.
+    pub outbox: Vec<NewOutboxItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOutboxItem {
+    pub target: String,
+    pub target_index: i64,
+    pub entity: Option<String>,
+    /// A text that sorts like the version (see `hookgate_pipeline::evaluate::Version`).
+    pub version: Option<String>,
+}
+
+/// What the inbox made of a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntakeRecord {
+    /// A new event, committed with its outbox items.
+    Accepted { event_id: i64 },
+    /// The same key with the same fingerprint: counted on the original, nothing scheduled.
+    Duplicate { event_id: i64 },
+    /// The same key with a different fingerprint: the original is untouched; the delivery is
+    /// kept as a conflict with its body.
+    Conflict { event_id: i64 },
+}
+
+/// A delivery whose signature held but whose event could not be derived.
+#[derive(Debug, Clone)]
+pub struct RejectedDelivery<'a> {
+    pub pipeline: &'a str,
+    pub received_at_ms: i64,
+    pub reason: &'a str,
+    pub headers_json: &'a str,
+    pub body: &'a [u8],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    pub id: i64,
+    pub pipeline: String,
+    pub scope: String,
+    pub key: String,
+    pub fingerprint: String,
+    pub event_type: Option<String>,
+    pub received_at_ms: i64,
+    pub headers_json: String,
+    pub body: Vec<u8>,
+    pub state: String,
+    pub delivery_count: i64,
+    pub conflict_count: i64,
+    pub last_delivery_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRecord {
+    pub id: i64,
+    pub event_id: i64,
+    pub target: String,
+    pub target_index: i64,
+    pub entity: Option<String>,
+    pub version: Option<String>,
+    pub state: String,
+    pub attempts: i64,
+    pub next_attempt_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    pub id: i64,
+    pub pipeline: String,
+    pub event_id: Option<i64>,
+    pub outcome: String,
+    pub received_at_ms: i64,
+    pub event_key: Option<String>,
+    pub fingerprint: Option<String>,
+    pub reason: Option<String>,
+    pub headers_json: String,
+    pub body: Option<Vec<u8>>,
+}
+
+/// The state of a new event and a new outbox item.
+pub const EVENT_STATE_ACCEPTED: &str = "accepted";
+pub const OUTBOX_STATE_PENDING: &str = "pending";
+
+impl Store {
+    /// Connects and applies migrations. `url` is `sqlite://PATH` (created if missing) or
+    /// `postgres://...`.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Store> {
+        let store = if url.starts_with("sqlite:") {
+            let connect = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                // With WAL, NORMAL survives a process crash but may lose the last commits on
+                // power loss; FULL syncs the WAL at every commit, so a 2xx is never taken back.
+                .synchronous(SqliteSynchronous::Full)
+                .busy_timeout(Duration::from_secs(5))
+                .foreign_keys(true)
+                .disable_statement_logging();
+            let writer = SqlitePoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect.clone())
+                .await?;
+            SQLITE_MIGRATIONS.run(&writer).await?;
+            let reader = SqlitePoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect.read_only(true))
+                .await?;
+            Store::Sqlite { writer, reader }
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let connect = PgConnectOptions::from_str(url)?.disable_statement_logging();
+            let pool = PgPoolOptions::new()
+                .max_connections(options.max_connections)
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect)
+                .await?;
+            // Several processes may start at once; the migrator takes an advisory lock.
+            POSTGRES_MIGRATIONS.run(&pool).await?;
+            Store::Postgres(pool)
+        } else {
+            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        };
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite { .. } => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Whether the database answers and every embedded migration is applied: readiness.
+    pub async fn ready(&self) -> Result<bool> {
+        let (migrator, applied): (&sqlx::migrate::Migrator, Vec<i64>) = match self {
+            Store::Sqlite { reader, .. } => (
+                &SQLITE_MIGRATIONS,
+                sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                    .fetch_all(reader)
+                    .await?,
+            ),
+            Store::Postgres(pool) => (
+                &POSTGRES_MIGRATIONS,
+                sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                    .fetch_all(pool)
+                    .await?,
+            ),
+        };
+        Ok(migrator.iter().all(|m| applied.contains(&m.version)))
+    }
+
+    /// Records one verified delivery in one transaction: a new event with its outbox items,
+    /// or a duplicate counted on the original, or a conflict kept beside it.
+    pub async fn record_intake(&self, delivery: &NewDelivery<'_>) -> Result<IntakeRecord> {
+        on_both!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let inserted: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, \
+                 headers, body, state, delivery_count, last_delivery_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $6) \
+                 ON CONFLICT (pipeline, scope, event_key) DO NOTHING RETURNING id",
+            )
+            .bind(delivery.pipeline)
+            .bind(delivery.scope)
+            .bind(delivery.key)
+            .bind(delivery.fingerprint)
+            .bind(delivery.event_type)
+            .bind(delivery.received_at_ms)
+            .bind(delivery.headers_json)
+            .bind(delivery.body)
+            .bind(EVENT_STATE_ACCEPTED)
+            .fetch_optional(&mut *tx)
+            .await?;
+
+            let record = match inserted {
+                Some(event_id) => {
+                    for item in &delivery.outbox {
+                        sqlx::query(
+                            "INSERT INTO outbox (event_id, target, target_index, entity, version, state, \
+                             next_attempt_at_ms, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+                        )
+                        .bind(event_id)
+                        .bind(&item.target)
+                        .bind(item.target_index)
+                        .bind(&item.entity)
+                        .bind(&item.version)
+                        .bind(OUTBOX_STATE_PENDING)
+                        .bind(delivery.received_at_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    IntakeRecord::Accepted { event_id }
+                }
+                None => {
+                    // The row exists and is committed: in PostgreSQL the insert above waited
+                    // for a concurrent inserter to commit, in SQLite writes are serial.
+                    let row = sqlx::query(
+                        "SELECT id, fingerprint FROM events WHERE pipeline = $1 AND scope = $2 AND event_key = $3",
+                    )
+                    .bind(delivery.pipeline)
+                    .bind(delivery.scope)
+                    .bind(delivery.key)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let event_id: i64 = row.try_get("id")?;
+                    let original: String = row.try_get("fingerprint")?;
+                    if original == delivery.fingerprint {
+                        sqlx::query(
+                            "UPDATE events SET delivery_count = delivery_count + 1, \
+                             last_delivery_at_ms = $2 WHERE id = $1",
+                        )
+                        .bind(event_id)
+                        .bind(delivery.received_at_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                        IntakeRecord::Duplicate { event_id }
+                    } else {
+                        sqlx::query("UPDATE events SET conflict_count = conflict_count + 1 WHERE id = $1")
+                            .bind(event_id)
+                            .execute(&mut *tx)
+                            .await?;
+                        IntakeRecord::Conflict { event_id }
+                    }
+                }
+            };
+            let (outcome, event_id, body) = match record {
+                IntakeRecord::Accepted { event_id } => ("accepted", event_id, None),
+                IntakeRecord::Duplicate { event_id } => ("duplicate", event_id, None),
+                IntakeRecord::Conflict { event_id } => ("conflict", event_id, Some(delivery.body)),
+            };
+            sqlx::query(
+                "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
+                 fingerprint, headers, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(delivery.pipeline)
+            .bind(event_id)
+            .bind(outcome)
+            .bind(delivery.received_at_ms)
+            .bind(delivery.scope)
+            .bind(delivery.key)
+            .bind(delivery.fingerprint)
+            .bind(delivery.headers_json)
+            .bind(body)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(record)
+        })
+    }
+
+    /// Keeps a delivery whose event could not be derived, body included, so nothing a sender
+    /// sent is lost.
+    pub async fn record_rejection(&self, rejected: &RejectedDelivery<'_>) -> Result<i64> {
+        on_both!(self, pool => {
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO deliveries (pipeline, outcome, received_at_ms, reason, headers, body) \
+                 VALUES ($1, 'rejected', $2, $3, $4, $5) RETURNING id",
+            )
+            .bind(rejected.pipeline)
+            .bind(rejected.received_at_ms)
+            .bind(rejected.reason)
+            .bind(rejected.headers_json)
+            .bind(rejected.body)
+            .fetch_one(pool)
+            .await?;
+            Ok(id)
+        })
+    }
+
+    pub async fn event(&self, id: i64) -> Result<Option<EventRecord>> {
+        read_on_both!(self, pool => {
+            let row = sqlx::query(&format!("{EVENT_COLUMNS} WHERE id = $1")).bind(id).fetch_optional(pool).await?;
+            row.map(|r| event_from_row(&r)).transpose()
+        })
+    }
+
+    pub async fn event_by_key(
+        &self,
+        pipeline: &str,
+        scope: &str,
+        key: &str,
+    ) -> Result<Option<EventRecord>> {
+        read_on_both!(self, pool => {
+            let row = sqlx::query(&format!("{EVENT_COLUMNS} WHERE pipeline = $1 AND scope = $2 AND event_key = $3"))
+                .bind(pipeline)
+                .bind(scope)
+                .bind(key)
+                .fetch_optional(pool)
+                .await?;
+            row.map(|r| event_from_row(&r)).transpose()
+        })
+    }
+
+    /// Events of a pipeline, oldest first.
+    pub async fn events(&self, pipeline: &str) -> Result<Vec<EventRecord>> {
+        read_on_both!(self, pool => {
+            let rows = sqlx::query(&format!("{EVENT_COLUMNS} WHERE pipeline = $1 ORDER BY id"))
+                .bind(pipeline)
+                .fetch_all(pool)
+                .await?;
+            rows.iter().map(event_from_row).collect()
+        })
+    }
+
+    pub async fn outbox_for(&self, event_id: i64) -> Result<Vec<OutboxRecord>> {
+        read_on_both!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT id, event_id, target, target_index, entity, version, state, attempts, next_attempt_at_ms \
+                 FROM outbox WHERE event_id = $1 ORDER BY target_index",
+            )
+            .bind(event_id)
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(OutboxRecord {
+                        id: r.try_get("id")?,
+                        event_id: r.try_get("event_id")?,
+                        target: r.try_get("target")?,
+                        target_index: r.try_get("target_index")?,
+                        entity: r.try_get("entity")?,
+                        version: r.try_get("version")?,
+                        state: r.try_get("state")?,
+                        attempts: r.try_get("attempts")?,
+                        next_attempt_at_ms: r.try_get("next_attempt_at_ms")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Deliveries of a pipeline with the given outcome, oldest first.
+    pub async fn deliveries(&self, pipeline: &str, outcome: &str) -> Result<Vec<DeliveryRecord>> {
+        read_on_both!(self, pool => {
+            let rows = sqlx::query(&format!("{DELIVERY_COLUMNS} WHERE pipeline = $1 AND outcome = $2 ORDER BY id"))
+                .bind(pipeline)
+                .bind(outcome)
+                .fetch_all(pool)
+                .await?;
+            rows.iter().map(delivery_from_row).collect()
+        })
+    }
+
+    /// Every delivery that concerned an event, oldest first.
+    pub async fn deliveries_for(&self, event_id: i64) -> Result<Vec<DeliveryRecord>> {
+        read_on_both!(self, pool => {
+            let rows = sqlx::query(&format!("{DELIVERY_COLUMNS} WHERE event_id = $1 ORDER BY id"))
+                .bind(event_id)
+                .fetch_all(pool)
+                .await?;
+            rows.iter().map(delivery_from_row).collect()
+        })
+    }
+
+    /// Closes the pools, waiting for connections in use to be returned.
+    pub async fn close(&self) {
+        match self {
+            Store::Sqlite { writer, reader } => {
+                writer.close().await;
+                reader.close().await;
+            }
+            Store::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+const EVENT_COLUMNS: &str = "SELECT id, pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, \
+    body, state, delivery_count, conflict_count, last_delivery_at_ms FROM events";
+
+const DELIVERY_COLUMNS: &str = "SELECT id, pipeline, event_id, outcome, received_at_ms, event_key, fingerprint, \
+    reason, headers, body FROM deliveries";
+
+fn event_from_row<R: Row>(row: &R) -> Result<EventRecord>
+where
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(EventRecord {
+        id: row.try_get("id")?,
+        pipeline: row.try_get("pipeline")?,
+        scope: row.try_get("scope")?,
+        key: row.try_get("event_key")?,
+        fingerprint: row.try_get("fingerprint")?,
+        event_type: row.try_get("event_type")?,
+        received_at_ms: row.try_get("received_at_ms")?,
+        headers_json: row.try_get("headers")?,
+        body: row.try_get("body")?,
+        state: row.try_get("state")?,
+        delivery_count: row.try_get("delivery_count")?,
+        conflict_count: row.try_get("conflict_count")?,
+        last_delivery_at_ms: row.try_get("last_delivery_at_ms")?,
+    })
+}
+
+fn delivery_from_row<R: Row>(row: &R) -> Result<DeliveryRecord>
+where
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<Vec<u8>>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(DeliveryRecord {
+        id: row.try_get("id")?,
+        pipeline: row.try_get("pipeline")?,
+        event_id: row.try_get("event_id")?,
+        outcome: row.try_get("outcome")?,
+        received_at_ms: row.try_get("received_at_ms")?,
+        event_key: row.try_get("event_key")?,
+        fingerprint: row.try_get("fingerprint")?,
+        reason: row.try_get("reason")?,
+        headers_json: row.try_get("headers")?,
+        body: row.try_get("body")?,
+    })
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+#[cfg(test)]
+mod tests;

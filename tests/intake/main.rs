@@ -1,0 +1,523 @@
+//! Intake end to end: `hookgate serve` as a child process, real HTTP over loopback, a real
+//! SQLite file and a real PostgreSQL database. Each answer of the README is checked on both
+//! backends, and what the server committed is read back from the database.
+
+// Test helpers panic on a broken setup, which is what a test should do.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use support::*;
+
+async fn json(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let body = response.json::<Value>().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+#[tokio::test]
+async fn every_answer_on_both_backends() {
+    for database in Database::both().await {
+        let backend = database.name();
+        let server = ServerBuilder::new(database.url()).start();
+        let client = reqwest::Client::new();
+        let store = database.store().await;
+
+        // New event: 202 with its id, after the commit.
+        let first = github("d-1", &push_body("mona", "c1"));
+        let (status, body) = json(first.send(&client, &server).await).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{backend}: {body}");
+        assert_eq!(body["status"], "accepted");
+        let event_id = body["event_id"].as_i64().unwrap();
+        let event = store.event(event_id).await.unwrap().expect("committed before the answer");
+        assert_eq!(
+            (event.pipeline.as_str(), event.scope.as_str(), event.key.as_str()),
+            ("github", "4242", "d-1")
+        );
+        assert_eq!(event.event_type.as_deref(), Some("push"));
+        assert_eq!(event.body, first.body);
+        assert!(
+            !event.headers_json.contains("x-hub-signature-256"),
+            "signature headers are not stored"
+        );
+        assert!(!event.headers_json.contains("must-not-be-stored"), "authorization is not stored");
+        assert!(
+            event.headers_json.contains(r#"["x-github-delivery","d-1"]"#),
+            "{}",
+            event.headers_json
+        );
+        let outbox = store.outbox_for(event_id).await.unwrap();
+        assert_eq!(outbox.len(), 1, "one item per target whose `when` holds");
+        assert_eq!((outbox[0].target.as_str(), outbox[0].state.as_str()), ("pusher", "pending"));
+
+        // The same delivery again: 200, counted on the original, nothing scheduled.
+        let (status, body) = json(first.send(&client, &server).await).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::OK, Some("duplicate")),
+            "{backend}"
+        );
+        assert_eq!(body["event_id"].as_i64(), Some(event_id));
+        assert_eq!(store.event(event_id).await.unwrap().unwrap().delivery_count, 2);
+        assert_eq!(store.outbox_for(event_id).await.unwrap().len(), 1);
+
+        // Same key, different content: 409; the original stays, the conflict is kept.
+        let changed = github("d-1", &push_body("mona", "c2"));
+        let (status, body) = json(changed.send(&client, &server).await).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::CONFLICT, Some("conflict")),
+            "{backend}"
+        );
+        let original = store.event(event_id).await.unwrap().unwrap();
+        assert_eq!(original.body, first.body);
+        assert_eq!(original.conflict_count, 1);
+        let conflicts = store.deliveries("github", "conflict").await.unwrap();
+        assert_eq!(conflicts.len(), 1);
+        assert_eq!(conflicts[0].body.as_deref(), Some(changed.body.as_slice()));
+
+        // A retry whose only change is excluded from the fingerprint is a duplicate.
+        let t = now_secs();
+        let a = standard(
+            "msg-1",
+            t,
+            r#"{"type":"account.updated","attempted_at":"1","data":{"account_id":"a1","plan":"p","seats":1}}"#,
+        );
+        let b = standard(
+            "msg-1",
+            t,
+            r#"{"type":"account.updated","attempted_at":"2","data":{"account_id":"a1","plan":"p","seats":1}}"#,
+        );
+        assert_eq!(a.send(&client, &server).await.status(), StatusCode::ACCEPTED);
+        assert_eq!(b.send(&client, &server).await.status(), StatusCode::OK, "{backend}");
+
+        // Signed correctly but no key can be derived: 400 with the reason; the body is kept.
+        let garbage = partner_raw(b"PatientId=P-1".to_vec());
+        let (status, body) = json(garbage.send(&client, &server).await).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{backend}");
+        assert_eq!(body["status"], "rejected");
+        assert!(body["reason"].as_str().unwrap().contains("the body is not valid JSON"), "{body}");
+        let rejected = store.deliveries("crm-partner", "rejected").await.unwrap();
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].body.as_deref(), Some(&b"PatientId=P-1"[..]));
+
+        // Wrong signature: 401 without detail, and nothing stored.
+        let forged = partner("P-9", "2026-01-01T00:00:00Z", "x")
+            .with_header("X-Hub-Signature-256", "sha256=00");
+        let (status, body) = json(forged.send(&client, &server).await).await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::UNAUTHORIZED, serde_json::json!({"status": "unauthorized"}))
+        );
+        assert!(store.events("crm-partner").await.unwrap().is_empty());
+
+        // Unknown pipeline: 404.
+        let (status, body) =
+            json(client.post(server.url("/hooks/nope")).body("x").send().await.unwrap()).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::NOT_FOUND, Some("unknown_pipeline"))
+        );
+
+        // Health and readiness.
+        assert_eq!(
+            client.get(server.url("/healthz")).send().await.unwrap().status(),
+            StatusCode::OK
+        );
+        let (status, body) = json(client.get(server.url("/readyz")).send().await.unwrap()).await;
+        assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("ready")));
+
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+/// Fires `copies` identical deliveries at once, spread over `servers`, and counts answers.
+async fn fire_concurrently(
+    servers: &[&Server],
+    delivery: &Delivery,
+    copies: usize,
+) -> (usize, usize) {
+    let client = reqwest::Client::new();
+    let tasks: Vec<_> = (0..copies)
+        .map(|i| {
+            let (client, delivery) = (client.clone(), delivery.clone());
+            let url = servers[i % servers.len()].url(&format!("/hooks/{}", delivery.pipeline));
+            tokio::spawn(async move {
+                let mut request = client.post(url).body(delivery.body.clone());
+                for (name, value) in &delivery.headers {
+                    request = request.header(name, value);
+                }
+                request.send().await.unwrap().status()
+            })
+        })
+        .collect();
+    let (mut accepted, mut duplicates) = (0, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            StatusCode::ACCEPTED => accepted += 1,
+            StatusCode::OK => duplicates += 1,
+            other => panic!("unexpected answer {other}"),
+        }
+    }
+    (accepted, duplicates)
+}
+
+#[tokio::test]
+async fn fifty_identical_deliveries_at_once_make_one_event() {
+    for database in Database::both().await {
+        let server = ServerBuilder::new(database.url()).start();
+        let delivery = partner("P-50", "2026-03-01T10:00:00Z", "active");
+        let (accepted, duplicates) = fire_concurrently(&[&server], &delivery, 50).await;
+        assert_eq!((accepted, duplicates), (1, 49), "{}", database.name());
+        let store = database.store().await;
+        let events = store.events("crm-partner").await.unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].delivery_count, 50);
+        let outbox = store.outbox_for(events[0].id).await.unwrap();
+        assert_eq!(outbox.len(), 1);
+        assert_eq!(outbox[0].entity.as_deref(), Some("P-50"));
+        assert_eq!(outbox[0].version.as_deref(), Some("2026-03-01T10:00:00.000000000Z"));
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn two_server_processes_on_one_postgres_accept_an_event_once() {
+    let database = Database::postgres().await;
+    let a = ServerBuilder::new(database.url()).start();
+    let b = ServerBuilder::new(database.url()).start();
+    for round in 0..5 {
+        let delivery = partner(&format!("P-{round}"), "2026-03-01T10:00:00Z", "active");
+        let (accepted, duplicates) = fire_concurrently(&[&a, &b], &delivery, 50).await;
+        assert_eq!((accepted, duplicates), (1, 49), "round {round}");
+    }
+    let store = database.store().await;
+    let events = store.events("crm-partner").await.unwrap();
+    assert_eq!(events.len(), 5);
+    for event in &events {
+        assert_eq!(event.delivery_count, 50);
+        assert_eq!(store.outbox_for(event.id).await.unwrap().len(), 1);
+    }
+    store.close().await;
+    drop((a, b));
+    database.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_stream_loses_nothing_it_acknowledged() {
+    const DELIVERIES: usize = 300;
+    const KILL_AFTER: usize = 120;
+    for database in Database::both().await {
+        let backend = database.name();
+        let mut server = ServerBuilder::new(database.url()).start();
+        let deliveries: Vec<Delivery> = (0..DELIVERIES)
+            .map(|i| partner(&format!("P-{i}"), "2026-03-01T10:00:00Z", "active"))
+            .collect();
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+
+        // Four streams of distinct deliveries; the server is killed with SIGKILL while they run.
+        let acknowledged = Arc::new(std::sync::Mutex::new(HashSet::new()));
+        let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let url = server.url("/hooks/crm-partner");
+        let streams: Vec<_> = (0..4)
+            .map(|stream| {
+                let (client, url) = (client.clone(), url.clone());
+                let (acknowledged, answered) = (Arc::clone(&acknowledged), Arc::clone(&answered));
+                let mine: Vec<(usize, Delivery)> = deliveries
+                    .iter()
+                    .cloned()
+                    .enumerate()
+                    .filter(|(i, _)| i % 4 == stream)
+                    .collect();
+                tokio::spawn(async move {
+                    for (i, delivery) in mine {
+                        let mut request = client.post(&url).body(delivery.body.clone());
+                        for (name, value) in &delivery.headers {
+                            request = request.header(name, value);
+                        }
+                        match request.send().await {
+                            Ok(response) if response.status().is_success() => {
+                                acknowledged.lock().unwrap().insert(i);
+                                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
+                            // Killed: the rest of this stream goes unanswered.
+                            _ => return,
+                        }
+                    }
+                })
+            })
+            .collect();
+        let killed = eventually(Duration::from_secs(60), || {
+            let answered = answered.load(std::sync::atomic::Ordering::SeqCst);
+            async move { answered >= KILL_AFTER }
+        })
+        .await;
+        assert!(killed, "{backend}: the stream never reached {KILL_AFTER} answers");
+        server.kill();
+        for stream in streams {
+            stream.await.unwrap();
+        }
+        let acknowledged = acknowledged.lock().unwrap().clone();
+        assert!(
+            acknowledged.len() >= KILL_AFTER && acknowledged.len() < DELIVERIES,
+            "{backend}: {}",
+            acknowledged.len()
+        );
+
+        // After a restart, every acknowledged delivery is in the inbox.
+        let server = ServerBuilder::new(database.url()).start();
+        let store = database.store().await;
+        let stored: HashSet<String> =
+            store.events("crm-partner").await.unwrap().into_iter().map(|e| e.key).collect();
+        for i in &acknowledged {
+            let key = hex_sha256(&deliveries[*i].body);
+            assert!(
+                stored.contains(&key),
+                "{backend}: delivery {i} was acknowledged but is not stored"
+            );
+        }
+
+        // Re-sending everything: what was stored is a duplicate, the rest is accepted, and each
+        // event exists exactly once.
+        let mut accepted_now = 0;
+        for (i, delivery) in deliveries.iter().enumerate() {
+            let status = delivery.send(&client, &server).await.status();
+            let key = hex_sha256(&delivery.body);
+            if stored.contains(&key) {
+                assert_eq!(
+                    status,
+                    StatusCode::OK,
+                    "{backend}: delivery {i} was stored before the kill"
+                );
+            } else {
+                assert_eq!(status, StatusCode::ACCEPTED, "{backend}: delivery {i}");
+                accepted_now += 1;
+            }
+        }
+        assert_eq!(stored.len() + accepted_now, DELIVERIES);
+        let events = store.events("crm-partner").await.unwrap();
+        assert_eq!(events.len(), DELIVERIES, "{backend}: one event per distinct delivery");
+        for event in &events {
+            assert_eq!(
+                store.outbox_for(event.id).await.unwrap().len(),
+                1,
+                "{backend}: outbox committed with its event"
+            );
+        }
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+/// The key of a CRM-partner event: the pipeline's `body_sha256` rule.
+fn hex_sha256(body: &[u8]) -> String {
+    hookgate_pipeline::evaluate::body_sha256(body)
+}
+
+// The proxy runs on this test's runtime while `start()` blocks on the child's first line, so
+// the runtime needs a second thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_unreachable_answers_503_then_recovers_by_itself() {
+    let database = Database::postgres().await;
+    let upstream: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+    let proxy = Proxy::start(upstream).await;
+    let proxied_url = database.url().replace("127.0.0.1:5432", &proxy.address.to_string());
+    assert_ne!(proxied_url, database.url(), "the test database must be on 127.0.0.1:5432");
+    let server = ServerBuilder::new(&proxied_url).start();
+    let client = reqwest::Client::new();
+
+    assert_eq!(
+        partner("P-1", "2026-03-01T10:00:00Z", "a").send(&client, &server).await.status(),
+        StatusCode::ACCEPTED
+    );
+
+    proxy.cut().await;
+    let response = partner("P-2", "2026-03-01T10:00:00Z", "a").send(&client, &server).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "5");
+    let (_, body) = json(response).await;
+    assert_eq!(body["status"], "unavailable");
+    assert_eq!(
+        client.get(server.url("/readyz")).send().await.unwrap().status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(
+        client.get(server.url("/healthz")).send().await.unwrap().status(),
+        StatusCode::OK,
+        "the process is up"
+    );
+
+    proxy.restore();
+    let recovered = eventually(Duration::from_secs(20), || {
+        let (client, delivery) = (client.clone(), partner("P-2", "2026-03-01T10:00:00Z", "a"));
+        let server = &server;
+        async move { delivery.send(&client, server).await.status() == StatusCode::ACCEPTED }
+    })
+    .await;
+    assert!(recovered, "the server did not recover once the database was back");
+    let store = database.store().await;
+    assert_eq!(
+        store.events("crm-partner").await.unwrap().len(),
+        2,
+        "nothing answered 503 was stored"
+    );
+    store.close().await;
+    drop(server);
+    database.cleanup().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_its_documented_answer_and_the_server_stays_up() {
+    for database in Database::both().await {
+        let backend = database.name();
+        let server =
+            ServerBuilder::new(database.url()).arg("--body-limit-bytes").arg("65536").start();
+        let client = reqwest::Client::new();
+
+        // Oversized body: 413.
+        let big = partner_raw(vec![b'x'; 70_000]);
+        let (status, body) = json(big.send(&client, &server).await).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::PAYLOAD_TOO_LARGE, Some("too_large")),
+            "{backend}"
+        );
+
+        // Empty body, correctly signed: verified, then not JSON: 400.
+        let (status, body) = json(partner_raw(Vec::new()).send(&client, &server).await).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("rejected")),
+            "{backend}"
+        );
+
+        // Invalid UTF-8, correctly signed: 400, kept as evidence byte for byte.
+        let invalid = vec![0xff, 0xfe, b'{', 0x80];
+        assert_eq!(
+            partner_raw(invalid.clone()).send(&client, &server).await.status(),
+            StatusCode::BAD_REQUEST
+        );
+
+        // A 100 KB header: 431.
+        let huge = "a".repeat(100 * 1024);
+        let delivery = partner("P-1", "2026-03-01T10:00:00Z", "a").with_header("X-Padding", &huge);
+        let (status, body) = json(delivery.send(&client, &server).await).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, Some("headers_too_large")),
+            "{backend}"
+        );
+
+        // A wrong content type does not matter: the signature and the pipeline decide.
+        let plain =
+            partner("P-2", "2026-03-01T10:00:00Z", "a").with_header("Content-Type", "text/plain");
+        assert_eq!(plain.send(&client, &server).await.status(), StatusCode::ACCEPTED, "{backend}");
+
+        // A replayed delivery with an old timestamp: 401.
+        let old = standard("msg-old", now_secs() - 3600, r#"{"type":"account.updated"}"#);
+        assert_eq!(
+            old.send(&client, &server).await.status(),
+            StatusCode::UNAUTHORIZED,
+            "{backend}"
+        );
+
+        // Other methods: 405.
+        assert_eq!(
+            client.get(server.url("/hooks/crm-partner")).send().await.unwrap().status(),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+
+        // Still up, and still accepting.
+        assert_eq!(
+            client.get(server.url("/healthz")).send().await.unwrap().status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            partner("P-3", "2026-03-01T10:00:00Z", "a").send(&client, &server).await.status(),
+            StatusCode::ACCEPTED
+        );
+        let store = database.store().await;
+        let rejected = store.deliveries("crm-partner", "rejected").await.unwrap();
+        assert_eq!(rejected.len(), 2, "{backend}");
+        assert_eq!(rejected[1].body.as_deref(), Some(invalid.as_slice()));
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn sigterm_finishes_the_request_in_flight_then_exits() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let database = Database::sqlite().await;
+    let mut server = ServerBuilder::new(database.url()).start();
+    let delivery = partner("P-term", "2026-03-01T10:00:00Z", "a");
+
+    // Half a request: headers and the first part of the body.
+    let mut stream = tokio::net::TcpStream::connect(server.address).await.unwrap();
+    let mut head = format!(
+        "POST /hooks/crm-partner HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
+        server.address,
+        delivery.body.len()
+    );
+    for (name, value) in &delivery.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("Connection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (first, rest) = delivery.body.split_at(10);
+    stream.write_all(first).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    server.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // New connections are refused while the one in flight completes.
+    assert!(reqwest::get(server.url("/healthz")).await.is_err(), "still accepting after SIGTERM");
+    stream.write_all(rest).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let store = database.store().await;
+    assert_eq!(store.events("crm-partner").await.unwrap().len(), 1);
+    store.close().await;
+    database.cleanup().await;
+}
+
+#[tokio::test]
+async fn refuses_to_start_with_an_unset_secret_or_a_broken_pipeline() {
+    let database = Database::sqlite().await;
+    let output = ServerBuilder::new(database.url())
+        .without_env("CRM_PARTNER_SECRET")
+        .command()
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("pipelines/crm-partner.yaml:17:7: error: environment variable `CRM_PARTNER_SECRET` is not set"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("broken.yaml"), "name: broken\nsingature: {}\n").unwrap();
+    let output = ServerBuilder::new(database.url())
+        .command()
+        .arg(dir.path().join("broken.yaml"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("broken.yaml:2:1: error: unknown field `singature`"), "{stderr}");
+    database.cleanup().await;
+}

@@ -1,0 +1,346 @@
+//! Test support: `hookgate serve` as a child process over a real database, signed deliveries,
+//! and a TCP proxy that can cut the database off.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use hookgate_store::testing::{drop_postgres_database, fresh_postgres_database, sqlite_url};
+use hookgate_store::{Store, StoreOptions};
+use hookgate_verify::{Algorithm, Encoding, compute_mac};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+pub const GITHUB_SECRET: &str = "github-e2e-secret";
+pub const PARTNER_SECRET: &str = "partner-e2e-secret";
+pub const STANDARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+}
+
+/// A database for one test: a SQLite file in a temporary directory, or a fresh PostgreSQL
+/// database dropped at the end.
+pub enum Database {
+    Sqlite { dir: tempfile::TempDir, url: String },
+    Postgres { url: String },
+}
+
+impl Database {
+    pub async fn sqlite() -> Database {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let url = sqlite_url(dir.path());
+        Database::Sqlite { dir, url }
+    }
+
+    pub async fn postgres() -> Database {
+        Database::Postgres { url: fresh_postgres_database().await }
+    }
+
+    /// Both backends, SQLite first.
+    pub async fn both() -> [Database; 2] {
+        [Database::sqlite().await, Database::postgres().await]
+    }
+
+    pub fn url(&self) -> &str {
+        match self {
+            Database::Sqlite { url, .. } | Database::Postgres { url } => url,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Database::Sqlite { .. } => "sqlite",
+            Database::Postgres { .. } => "postgres",
+        }
+    }
+
+    /// A store on the same database, to inspect what the server committed.
+    pub async fn store(&self) -> Store {
+        Store::connect(self.url(), &StoreOptions::default())
+            .await
+            .expect("the test can open the store")
+    }
+
+    pub async fn cleanup(self) {
+        match self {
+            Database::Sqlite { dir, .. } => drop(dir),
+            Database::Postgres { url } => drop_postgres_database(&url).await,
+        }
+    }
+}
+
+/// A running `hookgate serve`. Killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub address: SocketAddr,
+    pub base: String,
+}
+
+pub struct ServerBuilder {
+    database_url: String,
+    extra_args: Vec<String>,
+    unset_env: Vec<&'static str>,
+}
+
+impl ServerBuilder {
+    pub fn new(database_url: &str) -> ServerBuilder {
+        ServerBuilder {
+            database_url: database_url.to_owned(),
+            extra_args: Vec::new(),
+            unset_env: Vec::new(),
+        }
+    }
+
+    pub fn arg(mut self, arg: &str) -> ServerBuilder {
+        self.extra_args.push(arg.to_owned());
+        self
+    }
+
+    pub fn without_env(mut self, name: &'static str) -> ServerBuilder {
+        self.unset_env.push(name);
+        self
+    }
+
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hookgate"));
+        command
+            .arg("serve")
+            .arg("--database-url")
+            .arg(&self.database_url)
+            .args(["--listen", "127.0.0.1:0", "--db-acquire-timeout-ms", "1000"])
+            .args(&self.extra_args)
+            .current_dir(root())
+            .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
+            .env("STRIPE_WEBHOOK_SECRET", "stripe-e2e-secret")
+            .env("STANDARD_WEBHOOKS_SECRET", STANDARD_SECRET)
+            .env("CRM_PARTNER_SECRET", PARTNER_SECRET)
+            .env("RUST_LOG", "warn")
+            .env_remove("DATABASE_URL");
+        for name in &self.unset_env {
+            command.env_remove(name);
+        }
+        command
+    }
+
+    /// Starts the server and waits for the line that gives its address.
+    pub fn start(&self) -> Server {
+        let mut child = self
+            .command()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("hookgate starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = lines.next().and_then(Result::ok).unwrap_or_else(|| {
+            let status = child.wait();
+            panic!("hookgate serve exited before listening: {status:?}")
+        });
+        let address: SocketAddr = line
+            .strip_prefix("hookgate listening on http://")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, address, base: format!("http://{address}") }
+    }
+}
+
+impl Server {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// SIGKILL: no chance to flush or finish anything.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM: the graceful path.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A delivery to send: headers and body, exactly.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub pipeline: &'static str,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Delivery {
+    pub async fn send(&self, client: &reqwest::Client, server: &Server) -> reqwest::Response {
+        let mut request =
+            client.post(server.url(&format!("/hooks/{}", self.pipeline))).body(self.body.clone());
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        request.send().await.expect("the server answers")
+    }
+
+    pub fn with_header(mut self, name: &str, value: &str) -> Delivery {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+fn hex_hmac(secret: &str, body: &[u8]) -> String {
+    Encoding::Hex.encode(&compute_mac(Algorithm::Sha256, secret.as_bytes(), &[body]))
+}
+
+/// A patient update for the CRM-partner pipeline (key: SHA-256 of the body).
+pub fn partner(patient: &str, command_time: &str, status: &str) -> Delivery {
+    let body = format!(
+        r#"{{"PracticeId":"practice-7","Command":"PatientUpdated","PatientId":"{patient}","CommandTime":"{command_time}","FirstName":"Ada","LastName":"Lovelace","Status":"{status}"}}"#
+    );
+    partner_raw(body.into_bytes())
+}
+
+/// Any body, signed for the CRM-partner pipeline.
+pub fn partner_raw(body: Vec<u8>) -> Delivery {
+    let signature = format!("sha256={}", hex_hmac(PARTNER_SECRET, &body));
+    Delivery {
+        pipeline: "crm-partner",
+        headers: vec![
+            ("Content-Type".into(), "application/json".into()),
+            ("X-Hub-Signature-256".into(), signature),
+        ],
+        body,
+    }
+}
+
+/// A GitHub push with the given delivery id (the key) and body.
+pub fn github(delivery_id: &str, body: &str) -> Delivery {
+    let signature = format!("sha256={}", hex_hmac(GITHUB_SECRET, body.as_bytes()));
+    Delivery {
+        pipeline: "github",
+        headers: vec![
+            ("X-GitHub-Delivery".into(), delivery_id.into()),
+            ("X-GitHub-Event".into(), "push".into()),
+            ("X-GitHub-Hook-ID".into(), "4242".into()),
+            ("X-Hub-Signature-256".into(), signature),
+            ("Authorization".into(), "Bearer must-not-be-stored".into()),
+        ],
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+pub fn push_body(login: &str, commit: &str) -> String {
+    format!(
+        r#"{{"after":"{commit}","repository":{{"full_name":"octo/repo"}},"pusher":{{"name":"{login}","email":"{login}@example.com"}},"sender":{{"login":"{login}"}}}}"#
+    )
+}
+
+/// A Standard Webhooks delivery signed at `timestamp` (Unix seconds).
+pub fn standard(message_id: &str, timestamp: i64, body: &str) -> Delivery {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        .expect("base64");
+    let ts = timestamp.to_string();
+    let mac = compute_mac(
+        Algorithm::Sha256,
+        &key,
+        &[message_id.as_bytes(), b".", ts.as_bytes(), b".", body.as_bytes()],
+    );
+    Delivery {
+        pipeline: "standard-webhooks",
+        headers: vec![
+            ("webhook-id".into(), message_id.into()),
+            ("webhook-timestamp".into(), ts),
+            ("webhook-signature".into(), format!("v1,{}", Encoding::Base64.encode(&mac))),
+        ],
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+pub fn now_secs() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs() as i64
+}
+
+/// Polls `check` until it holds or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A TCP proxy in front of PostgreSQL that can be cut (every connection dropped, new ones
+/// refused) and restored, to make the database unreachable without stopping the shared server.
+pub struct Proxy {
+    pub address: SocketAddr,
+    open: Arc<AtomicBool>,
+    /// Bumped on every cut; each proxied connection ends when it changes.
+    cuts: tokio::sync::watch::Sender<u64>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy binds");
+        let address = listener.local_addr().expect("bound");
+        let open = Arc::new(AtomicBool::new(true));
+        let (cuts, _) = tokio::sync::watch::channel(0u64);
+        let (accept_open, accept_cuts) = (Arc::clone(&open), cuts.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { continue };
+                if !accept_open.load(Ordering::SeqCst) {
+                    let _ = inbound.shutdown().await;
+                    continue;
+                }
+                let mut cut = accept_cuts.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(upstream).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {},
+                        _ = cut.changed() => {},
+                    }
+                });
+            }
+        });
+        Proxy { address, open, cuts }
+    }
+
+    /// Drops every proxied connection and refuses new ones.
+    pub async fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.cuts.send_modify(|n| *n += 1);
+        // Let the connection tasks see the change and close their sockets.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    pub fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
