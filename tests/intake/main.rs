@@ -521,3 +521,54 @@ async fn refuses_to_start_with_an_unset_secret_or_a_broken_pipeline() {
     assert!(stderr.contains("broken.yaml:2:1: error: unknown field `singature`"), "{stderr}");
     database.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_body_that_never_finishes_is_answered_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let database = Database::sqlite().await;
+    let server = ServerBuilder::new(database.url()).arg("--read-timeout-secs").arg("1").start();
+    let mut stream = tokio::net::TcpStream::connect(server.address).await.unwrap();
+    let head = format!(
+        "POST /hooks/crm-partner HTTP/1.1\r\nHost: {}\r\nContent-Length: 100\r\n\r\n{{\"Pat",
+        server.address
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(r#"{"status":"read_timeout"}"#), "{answer}");
+    drop(server);
+    database.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_pipeline_may_answer_conflicts_with_a_2xx() {
+    let database = Database::sqlite().await;
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = std::fs::read_to_string(root().join("pipelines/github.yaml")).unwrap();
+    std::fs::write(dir.path().join("github.yaml"), format!("{shipped}conflict_status: 200\n"))
+        .unwrap();
+    let server =
+        ServerBuilder::new(database.url()).command_arg(dir.path().join("github.yaml")).start();
+    let client = reqwest::Client::new();
+    assert_eq!(
+        github("d-9", &push_body("a", "1")).send(&client, &server).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let (status, body) =
+        json(github("d-9", &push_body("a", "2")).send(&client, &server).await).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("conflict")));
+    let store = database.store().await;
+    assert_eq!(
+        store.deliveries("github", "conflict").await.unwrap().len(),
+        1,
+        "recorded all the same"
+    );
+    store.close().await;
+    drop(server);
+    database.cleanup().await;
+}

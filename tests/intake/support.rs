@@ -102,6 +102,11 @@ impl ServerBuilder {
         self
     }
 
+    /// A positional argument: pipeline files instead of the shipped `pipelines/`.
+    pub fn command_arg(self, path: PathBuf) -> ServerBuilder {
+        self.arg(path.to_str().expect("UTF-8 path"))
+    }
+
     pub fn without_env(mut self, name: &'static str) -> ServerBuilder {
         self.unset_env.push(name);
         self

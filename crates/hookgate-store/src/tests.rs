@@ -177,3 +177,12 @@ async fn an_unreachable_database_is_unavailable_not_an_internal_error() {
     let error = Store::connect("mysql://x", &options).await.unwrap_err();
     assert!(matches!(error, StoreError::UnsupportedUrl(_)));
 }
+
+#[test]
+fn exhausted_pools_and_lost_connections_are_unavailable() {
+    assert!(StoreError::from(sqlx::Error::PoolTimedOut).is_unavailable());
+    assert!(StoreError::from(sqlx::Error::PoolClosed).is_unavailable());
+    let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+    assert!(StoreError::from(sqlx::Error::Io(io)).is_unavailable());
+    assert!(!StoreError::from(sqlx::Error::RowNotFound).is_unavailable());
+}
