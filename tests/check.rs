@@ -281,6 +281,7 @@ fn unset_secrets_are_errors_when_serving() {
         paths: vec![root().join("pipelines/stripe.yaml")],
         instances: root().join("hookgate.yaml"),
         secrets: hookgate::check::SecretPolicy::Require,
+        resolver: Default::default(),
     };
     let project = hookgate::check::load(&options);
     assert!(project.has_errors());

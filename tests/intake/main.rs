@@ -183,7 +183,7 @@ async fn fifty_identical_deliveries_at_once_make_one_event() {
         assert_eq!(events[0].delivery_count, 50);
         let outbox = store.outbox_for(events[0].id).await.unwrap();
         assert_eq!(outbox.len(), 1);
-        assert_eq!(outbox[0].entity.as_deref(), Some("P-50"));
+        assert_eq!(outbox[0].entity, "P-50");
         assert_eq!(outbox[0].version.as_deref(), Some("2026-03-01T10:00:00.000000000Z"));
         store.close().await;
         drop(server);

@@ -119,6 +119,8 @@ impl ServerBuilder {
             .arg("--database-url")
             .arg(&self.database_url)
             .args(["--listen", "127.0.0.1:0", "--db-acquire-timeout-ms", "1000"])
+            // Intake alone: these tests read items as intake left them.
+            .args(["--workers", "0"])
             .args(&self.extra_args)
             .current_dir(root())
             .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)

@@ -36,7 +36,12 @@ fn main() -> Result<ExitCode> {
             if paths.is_empty() {
                 paths.push(PathBuf::from("pipelines"));
             }
-            let report = check::check(&Options { paths, instances, secrets: SecretPolicy::Warn });
+            let report = check::check(&Options {
+                paths,
+                instances,
+                secrets: SecretPolicy::Warn,
+                resolver: Default::default(),
+            });
             print!("{}", report.render());
             let stale = stale_schemas(&root)?;
             for name in &stale {

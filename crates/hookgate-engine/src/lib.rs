@@ -11,6 +11,9 @@
 //!    2xx.
 //!
 //! No CRM work happens here: the sender never waits for a CRM.
+//!
+//! # Delivery
+//! [`Worker`] leases outbox items and applies them through connectors; see `worker`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +25,10 @@ use hookgate_store::{
     IntakeRecord, NewDelivery, NewOutboxItem, RejectedDelivery, Store, StoreError,
 };
 use hookgate_verify::{Clock, Rejection, Request, Verifier};
+
+mod worker;
+
+pub use worker::{Connectors, Worker, WorkerConfig, backoff};
 
 /// Headers never stored, whatever the scheme: they carry credentials.
 const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
@@ -114,6 +121,10 @@ impl Gateway {
         &self.store
     }
 
+    pub fn pipelines(&self) -> impl Iterator<Item = &ServedPipeline> {
+        self.pipelines.values()
+    }
+
     pub fn pipeline_names(&self) -> impl Iterator<Item = &str> {
         self.pipelines.keys().map(String::as_str)
     }
@@ -136,8 +147,17 @@ impl Gateway {
 
         let delivery = Delivery { headers: incoming.headers, body: incoming.body };
         let headers_json = pipeline.stored_headers(incoming.headers);
+        // Each due target's entity: the ordering entity, or else the target's external id, so
+        // that writes to one CRM record never race, and follow versions or receipt order.
         let derived = pipeline.compiled.identify(&delivery).and_then(|(identity, ctx)| {
-            let due = pipeline.compiled.due_targets(&ctx)?;
+            let mut due = Vec::new();
+            for index in pipeline.compiled.due_targets(&ctx)? {
+                let entity = match &identity.ordering {
+                    Some(ordering) => ordering.entity.clone(),
+                    None => pipeline.compiled.render_external_id(index, &ctx)?,
+                };
+                due.push((index, entity));
+            }
             Ok((identity, due))
         });
         let (identity, due) = match derived {
@@ -161,16 +181,13 @@ impl Gateway {
             }
         };
 
-        let (entity, version) = match &identity.ordering {
-            Some(ordering) => (Some(ordering.entity.clone()), Some(ordering.version.sort_key())),
-            None => (None, None),
-        };
+        let version = identity.ordering.as_ref().map(|o| o.version.sort_key());
         let outbox = due
             .into_iter()
-            .map(|index| NewOutboxItem {
+            .map(|(index, entity)| NewOutboxItem {
                 target: pipeline.compiled.targets[index].name.clone(),
                 target_index: i64::try_from(index).unwrap_or(i64::MAX),
-                entity: entity.clone(),
+                entity,
                 version: version.clone(),
             })
             .collect();

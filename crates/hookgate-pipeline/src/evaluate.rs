@@ -262,6 +262,17 @@ impl CompiledPipeline {
         Ok(due)
     }
 
+    /// Renders only target `index`'s external id value: the entity its writes are ordered by
+    /// when the pipeline declares no ordering.
+    pub fn render_external_id(&self, index: usize, ctx: &Context) -> Result<String, EvalError> {
+        let template = &self.targets[index].external_id_value;
+        let value = self.render(template, template, ctx)?;
+        if value.trim().is_empty() {
+            return Err(EvalError::Empty { what: template.clone() });
+        }
+        Ok(value)
+    }
+
     /// Renders target `index` into a CRM write.
     pub fn render_target(&self, index: usize, ctx: &Context) -> Result<Upsert, EvalError> {
         let target: &CompiledTarget = &self.targets[index];

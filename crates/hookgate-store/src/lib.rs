@@ -124,6 +124,10 @@ macro_rules! read_on_both {
     };
 }
 
+mod delivery;
+
+pub use delivery::{AttemptRecord, Finish, LeasedItem, state};
+
 /// Everything about one verified delivery that the inbox keeps.
 #[derive(Debug, Clone)]
 pub struct NewDelivery<'a> {
@@ -144,7 +148,8 @@ pub struct NewDelivery<'a> {
 pub struct NewOutboxItem {
     pub target: String,
     pub target_index: i64,
-    pub entity: Option<String>,
+    /// The ordering entity, or else the target's external id value.
+    pub entity: String,
     /// A text that sorts like the version (see `hookgate_pipeline::evaluate::Version`).
     pub version: Option<String>,
 }
@@ -194,11 +199,14 @@ pub struct OutboxRecord {
     pub event_id: i64,
     pub target: String,
     pub target_index: i64,
-    pub entity: Option<String>,
+    pub entity: String,
     pub version: Option<String>,
     pub state: String,
     pub attempts: i64,
     pub next_attempt_at_ms: i64,
+    pub in_doubt: bool,
+    pub record_id: Option<String>,
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,9 +223,19 @@ pub struct DeliveryRecord {
     pub body: Option<Vec<u8>>,
 }
 
-/// The state of a new event and a new outbox item.
+/// Event states: `accepted` while any item is to do, then `done`, or `dead` if an item was
+/// dead-lettered. An event with no item to do is `done` at once.
 pub const EVENT_STATE_ACCEPTED: &str = "accepted";
-pub const OUTBOX_STATE_PENDING: &str = "pending";
+pub const EVENT_STATE_DONE: &str = "done";
+
+/// Which events to list.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub pipeline: Option<String>,
+    pub state: Option<String>,
+    pub since_ms: Option<i64>,
+    pub limit: i64,
+}
 
 impl Store {
     /// Connects and applies migrations. `url` is `sqlite://PATH` (created if missing) or
@@ -306,7 +324,7 @@ impl Store {
             .bind(delivery.received_at_ms)
             .bind(delivery.headers_json)
             .bind(delivery.body)
-            .bind(EVENT_STATE_ACCEPTED)
+            .bind(if delivery.outbox.is_empty() { EVENT_STATE_DONE } else { EVENT_STATE_ACCEPTED })
             .fetch_optional(&mut *tx)
             .await?;
 
@@ -314,16 +332,17 @@ impl Store {
                 Some(event_id) => {
                     for item in &delivery.outbox {
                         sqlx::query(
-                            "INSERT INTO outbox (event_id, target, target_index, entity, version, state, \
-                             next_attempt_at_ms, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+                            "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, \
+                             next_attempt_at_ms, created_at_ms) VALUES ($1, $8, $2, $3, $4, $5, $6, $7, $7)",
                         )
                         .bind(event_id)
                         .bind(&item.target)
                         .bind(item.target_index)
                         .bind(&item.entity)
                         .bind(&item.version)
-                        .bind(OUTBOX_STATE_PENDING)
+                        .bind(state::PENDING)
                         .bind(delivery.received_at_ms)
+                        .bind(delivery.pipeline)
                         .execute(&mut *tx)
                         .await?;
                     }
@@ -440,11 +459,28 @@ impl Store {
         })
     }
 
+    /// Events matching a filter, newest first.
+    pub async fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>> {
+        read_on_both!(self, pool => {
+            let rows = sqlx::query(&format!(
+                "{EVENT_COLUMNS} WHERE ($1 IS NULL OR pipeline = $1) AND ($2 IS NULL OR state = $2) \
+                 AND received_at_ms >= $3 ORDER BY id DESC LIMIT $4"
+            ))
+            .bind(&filter.pipeline)
+            .bind(&filter.state)
+            .bind(filter.since_ms.unwrap_or(0))
+            .bind(filter.limit)
+            .fetch_all(pool)
+            .await?;
+            rows.iter().map(event_from_row).collect()
+        })
+    }
+
     pub async fn outbox_for(&self, event_id: i64) -> Result<Vec<OutboxRecord>> {
         read_on_both!(self, pool => {
             let rows = sqlx::query(
-                "SELECT id, event_id, target, target_index, entity, version, state, attempts, next_attempt_at_ms \
-                 FROM outbox WHERE event_id = $1 ORDER BY target_index",
+                "SELECT id, event_id, target, target_index, entity, version, state, attempts, next_attempt_at_ms, \
+                 in_doubt, record_id, last_error FROM outbox WHERE event_id = $1 ORDER BY target_index",
             )
             .bind(event_id)
             .fetch_all(pool)
@@ -461,6 +497,9 @@ impl Store {
                         state: r.try_get("state")?,
                         attempts: r.try_get("attempts")?,
                         next_attempt_at_ms: r.try_get("next_attempt_at_ms")?,
+                        in_doubt: r.try_get::<i64, _>("in_doubt")? != 0,
+                        record_id: r.try_get("record_id")?,
+                        last_error: r.try_get("last_error")?,
                     })
                 })
                 .collect()

@@ -37,10 +37,15 @@ fn delivery<'a>(key: &'a str, fingerprint: &'a str, body: &'a [u8]) -> NewDelive
             NewOutboxItem {
                 target: "a".into(),
                 target_index: 0,
-                entity: Some("E".into()),
+                entity: "E".into(),
                 version: Some("v1".into()),
             },
-            NewOutboxItem { target: "b".into(), target_index: 1, entity: None, version: None },
+            NewOutboxItem {
+                target: "b".into(),
+                target_index: 1,
+                entity: "ext-1".into(),
+                version: None,
+            },
         ],
     }
 }
@@ -108,11 +113,11 @@ async fn outbox_items_are_stored_with_the_event() {
         };
         let items = store.outbox_for(event_id).await.unwrap();
         assert_eq!(items[0].target, "a");
-        assert_eq!(items[0].entity.as_deref(), Some("E"));
+        assert_eq!(items[0].entity, "E");
         assert_eq!(items[0].version.as_deref(), Some("v1"));
-        assert_eq!(items[0].state, OUTBOX_STATE_PENDING);
+        assert_eq!(items[0].state, state::PENDING);
         assert_eq!((items[0].attempts, items[0].next_attempt_at_ms), (0, 1_000));
-        assert_eq!(items[1].entity, None);
+        assert_eq!(items[1].entity, "ext-1");
     })
     .await;
 }
@@ -185,4 +190,177 @@ fn exhausted_pools_and_lost_connections_are_unavailable() {
     let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
     assert!(StoreError::from(sqlx::Error::Io(io)).is_unavailable());
     assert!(!StoreError::from(sqlx::Error::RowNotFound).is_unavailable());
+}
+
+/// An event with one item for `entity` at `version`, received at `at`.
+async fn item(store: &Store, key: &str, entity: &str, version: Option<&str>, at: i64) -> i64 {
+    let new = NewDelivery {
+        received_at_ms: at,
+        outbox: vec![NewOutboxItem {
+            target: "t".into(),
+            target_index: 0,
+            entity: entity.into(),
+            version: version.map(str::to_owned),
+        }],
+        ..delivery(key, key, b"{}")
+    };
+    match store.record_intake(&new).await.unwrap() {
+        IntakeRecord::Accepted { event_id } => event_id,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn finish(state: &'static str, applied_version: Option<String>) -> Finish {
+    Finish {
+        state,
+        next_attempt_at_ms: 0,
+        in_doubt: false,
+        record_id: Some("R1".into()),
+        error: None,
+        action: "upsert",
+        outcome: "success".into(),
+        status: Some(200),
+        excerpt: None,
+        meta: None,
+        applied_version,
+    }
+}
+
+#[tokio::test]
+async fn leasing_takes_one_item_per_entity_in_version_order() {
+    on_both_backends(|store| async move {
+        // Entity A: versions 3 then 1 arrive (out of order); entity B: no version, two in
+        // receipt order.
+        let a3 = item(&store, "a3", "A", Some("3"), 10).await;
+        let a1 = item(&store, "a1", "A", Some("1"), 11).await;
+        let b1 = item(&store, "b1", "B", None, 12).await;
+        let _b2 = item(&store, "b2", "B", None, 13).await;
+
+        let leased = store.lease("w1", 100, 1_000, 10).await.unwrap();
+        let events: Vec<i64> = leased.iter().map(|i| i.event_id).collect();
+        assert_eq!(
+            events,
+            [a1, b1],
+            "the head of each entity only: lowest version, then receipt order"
+        );
+        assert_eq!(leased[0].attempts, 1);
+        assert!(store.lease("w2", 100, 1_000, 10).await.unwrap().is_empty(), "entities held by w1");
+
+        // A1 applied: A3 becomes the head; its version is newer, so it is applied too.
+        let a1_item = &leased[0];
+        assert!(
+            store.finish(a1_item, None, &finish(state::DONE, Some("1".into())), 100).await.unwrap()
+        );
+        let next = store.lease("w2", 101, 1_000, 10).await.unwrap();
+        assert_eq!(next.iter().map(|i| i.event_id).collect::<Vec<_>>(), [a3]);
+        assert_eq!(store.event(a1).await.unwrap().unwrap().state, "done");
+        assert_eq!(store.entity_version("p", "t", "A").await.unwrap().as_deref(), Some("1"));
+        assert!(
+            store
+                .finish(&next[0], None, &finish(state::DONE, Some("3".into())), 101)
+                .await
+                .unwrap()
+        );
+        assert_eq!(store.entity_version("p", "t", "A").await.unwrap().as_deref(), Some("3"));
+        // The guard never moves backwards.
+        let late = item(&store, "a2", "A", Some("2"), 14).await;
+        let leased = store.lease("w3", 102, 1_000, 10).await.unwrap();
+        let late_item = leased.iter().find(|i| i.event_id == late).unwrap();
+        assert!(
+            store
+                .finish(late_item, None, &finish(state::SKIPPED_STALE, Some("2".into())), 102)
+                .await
+                .unwrap()
+        );
+        assert_eq!(store.entity_version("p", "t", "A").await.unwrap().as_deref(), Some("3"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_expired_lease_passes_to_another_worker_and_fences_the_first() {
+    on_both_backends(|store| async move {
+        let event = item(&store, "k", "E", None, 10).await;
+        let first = store.lease("w1", 100, 200, 1).await.unwrap().remove(0);
+        let attempt = store.start_attempt(&first, "upsert", 100).await.unwrap();
+        assert!(attempt.is_some());
+        assert!(store.lease("w2", 150, 400, 1).await.unwrap().is_empty(), "the lease still holds");
+
+        let second = store.lease("w2", 250, 400, 1).await.unwrap().remove(0);
+        assert_eq!(second.event_id, event);
+        assert_eq!(second.attempts, 2);
+        assert!(second.in_doubt, "the first attempt never finished: look up before writing");
+        // The first worker wakes up: its lease is gone, its results are refused.
+        assert!(!store.finish(&first, attempt, &finish(state::DONE, None), 260).await.unwrap());
+        assert_eq!(store.start_attempt(&first, "upsert", 260).await.unwrap(), None);
+        assert!(store.finish(&second, None, &finish(state::DONE, None), 270).await.unwrap());
+        let attempts = store.attempts_for(event).await.unwrap();
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(
+            attempts[0].finished_at_ms, None,
+            "the crashed attempt stays visible as unfinished"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dead_letters_do_not_block_their_entity_and_can_be_replayed() {
+    on_both_backends(|store| async move {
+        let first = item(&store, "k1", "E", Some("1"), 10).await;
+        let second = item(&store, "k2", "E", Some("2"), 11).await;
+        let leased = store.lease("w", 100, 1_000, 10).await.unwrap().remove(0);
+        let dead = Finish { error: Some("rejected: bad".into()), ..finish(state::DEAD, None) };
+        assert!(store.finish(&leased, None, &dead, 100).await.unwrap());
+        assert_eq!(store.event(first).await.unwrap().unwrap().state, "dead");
+        let next = store.lease("w", 101, 1_000, 10).await.unwrap();
+        assert_eq!(next[0].event_id, second, "the dead item does not block the entity");
+        assert!(
+            store
+                .finish(&next[0], None, &finish(state::DONE, Some("2".into())), 101)
+                .await
+                .unwrap()
+        );
+
+        assert_eq!(store.dead_events(Some("p")).await.unwrap(), [first]);
+        assert_eq!(store.replay_event(first, 200).await.unwrap(), 1);
+        assert_eq!(store.event(first).await.unwrap().unwrap().state, "accepted");
+        let replayed = store.lease("w", 201, 1_000, 10).await.unwrap().remove(0);
+        assert_eq!((replayed.event_id, replayed.attempts), (first, 1));
+        let story = store.attempts_for(first).await.unwrap();
+        assert_eq!(story.last().unwrap().outcome.as_deref(), Some("replay_requested"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_sweeps_finished_events_only() {
+    on_both_backends(|store| async move {
+        let finished = item(&store, "old-done", "E1", None, 10).await;
+        let pending = item(&store, "old-pending", "E2", None, 10).await;
+        let recent = item(&store, "new", "E3", None, 1_000).await;
+        let leased = store.lease("w", 100, 1_000, 10).await.unwrap();
+        let done = leased.iter().find(|i| i.event_id == finished).unwrap();
+        assert!(store.finish(done, None, &finish(state::DONE, None), 100).await.unwrap());
+        store
+            .record_rejection(&RejectedDelivery {
+                pipeline: "p",
+                received_at_ms: 5,
+                reason: "x",
+                headers_json: "[]",
+                body: b"x",
+            })
+            .await
+            .unwrap();
+
+        assert_eq!(store.sweep("p", 500).await.unwrap(), 1);
+        assert!(store.event(finished).await.unwrap().is_none());
+        assert!(store.event(pending).await.unwrap().is_some(), "never while an item is to do");
+        assert!(store.event(recent).await.unwrap().is_some());
+        assert!(store.deliveries("p", "rejected").await.unwrap().is_empty());
+        // `old-pending` was leased by `w` until 1 000 (`new` was not yet due at 100).
+        assert_eq!(store.release_stale_leases(2_000).await.unwrap(), 1);
+        assert!(store.outbox_for(pending).await.unwrap()[0].in_doubt);
+    })
+    .await;
 }

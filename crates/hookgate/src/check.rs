@@ -29,6 +29,7 @@ pub struct Options {
     /// The connector-instances file.
     pub instances: PathBuf,
     pub secrets: SecretPolicy,
+    pub resolver: secrets::Resolver,
 }
 
 /// Loaded configuration: what compiled, and everything found on the way.
@@ -117,7 +118,7 @@ pub fn load(options: &Options) -> Project {
         );
     }
     for (file, reference, pos) in references {
-        if let Err(error) = secrets::resolve(reference) {
+        if let Err(error) = options.resolver.resolve(reference) {
             diagnostics.push(secret_diagnostic(file, pos, &error, options.secrets));
         }
     }

@@ -4,10 +4,17 @@
 //! - [`files`]: reading configuration files with a size bound, turning failures into
 //!   diagnostics.
 //! - [`secrets`]: resolving secret references from the environment or from files.
+//! - [`serve`]: intake, workers and retention, run together.
+//! - [`connectors`]: connector instances built from `hookgate.yaml`.
+//! - [`events`]: the evidence, rendered for operators.
+//! - [`demo`]: the whole path on embedded defaults, shown.
 //! - [`check`]: `hookgate check` (and `cargo xtask check`): pipelines, connector instances,
 //!   secrets and fixtures, reported like a compiler.
 
 pub mod check;
+pub mod connectors;
+pub mod demo;
+pub mod events;
 pub mod files;
 pub mod secrets;
 pub mod serve;

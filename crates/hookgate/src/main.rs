@@ -5,11 +5,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use hookgate::check::{self, Options, SecretPolicy};
+use hookgate::demo::{self, DemoOptions};
 use hookgate::serve::{self, ServeOptions};
+use hookgate::{connectors, events};
+use hookgate_engine::{WorkerConfig, now_ms};
 use hookgate_server::ServerConfig;
-use hookgate_store::StoreOptions;
+use hookgate_store::{EventFilter, StoreOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,17 +36,101 @@ enum Command {
         #[command(flatten)]
         config: ConfigArgs,
     },
-    /// Serve `POST /hooks/{pipeline}`, `GET /healthz` and `GET /readyz`.
+    /// Serve `POST /hooks/{pipeline}`, `GET /healthz` and `GET /readyz`, and deliver to the CRMs.
     ///
     /// Refuses to start if the configuration has any error or a secret is unset. A delivery
-    /// is answered 2xx only after it is committed to the database; SIGTERM stops accepting,
-    /// finishes in-flight requests, then exits.
+    /// is answered 2xx only after it is committed to the database; workers then apply it to the
+    /// CRM. SIGTERM stops accepting, finishes requests and CRM calls in flight, then exits.
     Serve {
         #[command(flatten)]
         config: ConfigArgs,
         #[command(flatten)]
+        database: DatabaseArgs,
+        #[command(flatten)]
         serve: ServeArgs,
+        #[command(flatten)]
+        work: WorkArgs,
     },
+    /// Deliver to the CRMs without serving HTTP: workers and retention only.
+    Work {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[command(flatten)]
+        database: DatabaseArgs,
+        #[command(flatten)]
+        work: WorkArgs,
+    },
+    /// What happened to an event: list, show the whole story, replay dead letters.
+    Events {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
+    /// Inspect a mock CRM: its records and its effect log.
+    Crm {
+        /// The connector-instances file.
+        #[arg(long, env = "HOOKGATE_INSTANCES", default_value = "hookgate.yaml")]
+        instances: PathBuf,
+        /// The mock connector instance.
+        #[arg(long, default_value = "crm")]
+        connector: String,
+        #[command(subcommand)]
+        command: CrmCommand,
+    },
+    /// Run the whole path on embedded defaults (SQLite, a faulty mock CRM, the shipped
+    /// pipelines) and show every delivery becoming exactly one CRM effect, with evidence.
+    Demo {
+        /// The pipelines to run.
+        #[arg(long, default_value = "pipelines")]
+        pipelines: PathBuf,
+        /// Where to keep the demo's database and mock CRM (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EventsCommand {
+    /// Events, newest first.
+    List {
+        #[arg(long)]
+        pipeline: Option<String>,
+        /// accepted (writes to do), done, or dead.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only events received in this last period, e.g. `1h` or `7d`.
+        #[arg(long, value_parser = humantime_duration)]
+        since: Option<Duration>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// The whole story of one event: receipt, identity, deliveries, writes and attempts.
+    Show { id: i64 },
+    /// Queue an event's dead writes again; with `--dead`, every dead-lettered event.
+    Replay {
+        id: Option<i64>,
+        #[arg(long, conflicts_with = "id")]
+        dead: bool,
+        /// With `--dead`: only this pipeline.
+        #[arg(long, requires = "dead")]
+        pipeline: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CrmCommand {
+    /// Records, by object and external id.
+    Records {
+        #[arg(long)]
+        object: Option<String>,
+    },
+    /// Every write the mock applied, in order, with its idempotency key.
+    Effects,
+}
+
+fn humantime_duration(text: &str) -> Result<Duration, String> {
+    text.parse::<humantime::Duration>().map(Into::into).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -56,11 +144,30 @@ struct ConfigArgs {
 }
 
 #[derive(Debug, Args)]
-struct ServeArgs {
+struct DatabaseArgs {
     /// Where events are stored: `sqlite://PATH` (embedded, the default) or
     /// `postgres://USER@HOST/DB` (production; several gateways may share one).
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite://hookgate.db")]
     database_url: String,
+    /// PostgreSQL connections this process may open.
+    #[arg(long, env = "HOOKGATE_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    db_max_connections: u32,
+    /// How long a request waits for a database connection before it is answered 503.
+    #[arg(long, env = "HOOKGATE_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000)]
+    db_acquire_timeout_ms: u64,
+}
+
+impl DatabaseArgs {
+    fn store_options(&self) -> StoreOptions {
+        StoreOptions {
+            max_connections: self.db_max_connections,
+            acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
     /// The address to listen on; port 0 picks a free port (printed at start).
     #[arg(long, env = "HOOKGATE_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -77,32 +184,89 @@ struct ServeArgs {
     /// (HubSpot v3) sign it. Without it the URL is rebuilt from the Host header.
     #[arg(long, env = "HOOKGATE_PUBLIC_URL")]
     public_url: Option<String>,
-    /// PostgreSQL connections this process may open.
-    #[arg(long, env = "HOOKGATE_DB_MAX_CONNECTIONS", default_value_t = 16)]
-    db_max_connections: u32,
-    /// How long a request waits for a database connection before it is answered 503.
-    #[arg(long, env = "HOOKGATE_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000)]
-    db_acquire_timeout_ms: u64,
+}
+
+#[derive(Debug, Args)]
+struct WorkArgs {
+    /// CRM writes worked on at once by this process; 0 runs no workers (intake only).
+    #[arg(long, env = "HOOKGATE_WORKERS", default_value_t = 8)]
+    workers: usize,
+    /// How long a worker holds an item; another worker takes it over after this if the first
+    /// died. Must exceed the call timeout.
+    #[arg(long, env = "HOOKGATE_LEASE_MS", default_value_t = 60_000)]
+    lease_ms: u64,
+    /// How long a CRM call may take before its outcome is treated as unknown (and reconciled).
+    #[arg(long, env = "HOOKGATE_CALL_TIMEOUT_MS", default_value_t = 30_000)]
+    call_timeout_ms: u64,
+    /// How often idle workers look for work.
+    #[arg(long, env = "HOOKGATE_IDLE_POLL_MS", default_value_t = 250)]
+    idle_poll_ms: u64,
+    /// This process's name in the evidence (default: `worker-PID`).
+    #[arg(long, env = "HOOKGATE_WORKER_ID")]
+    worker_id: Option<String>,
+}
+
+impl WorkArgs {
+    fn config(&self) -> Result<Option<WorkerConfig>> {
+        if self.workers == 0 {
+            return Ok(None);
+        }
+        if self.lease_ms <= self.call_timeout_ms {
+            anyhow::bail!(
+                "--lease-ms ({}) must exceed --call-timeout-ms ({})",
+                self.lease_ms,
+                self.call_timeout_ms
+            );
+        }
+        let defaults = WorkerConfig::default();
+        Ok(Some(WorkerConfig {
+            worker_id: self.worker_id.clone().unwrap_or(defaults.worker_id),
+            concurrency: self.workers,
+            lease: Duration::from_millis(self.lease_ms),
+            call_timeout: Duration::from_millis(self.call_timeout_ms),
+            idle_poll: Duration::from_millis(self.idle_poll_ms),
+        }))
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Check { config } => {
-            let options = Options {
-                paths: config.pipelines,
-                instances: config.instances,
-                secrets: SecretPolicy::Warn,
-            };
-            let report = check::check(&options);
-            print!("{}", report.render());
-            if report.errors() > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if let Command::Check { config } = cli.command {
+        let options = Options {
+            paths: config.pipelines,
+            instances: config.instances,
+            secrets: SecretPolicy::Warn,
+            resolver: Default::default(),
+        };
+        let report = check::check(&options);
+        print!("{}", report.render());
+        return if report.errors() > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS };
+    }
+    // The demo's output is the point; its logs would drown it.
+    init_tracing(if matches!(cli.command, Command::Demo { .. }) { "error" } else { "info" });
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
         }
-        Command::Serve { config, serve } => {
-            init_tracing();
-            let options = ServeOptions {
-                database_url: serve.database_url,
-                listen: serve.listen,
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Check { .. } => unreachable!("handled without a runtime"),
+        Command::Serve { config, database, serve, work } => {
+            serve::run(ServeOptions {
+                database_url: database.database_url.clone(),
+                listen: Some(serve.listen),
                 pipelines: config.pipelines,
                 instances: config.instances,
                 server: ServerConfig {
@@ -111,33 +275,85 @@ fn main() -> ExitCode {
                     read_timeout: Duration::from_secs(serve.read_timeout_secs),
                     public_url: serve.public_url,
                 },
-                store: StoreOptions {
-                    max_connections: serve.db_max_connections,
-                    acquire_timeout: Duration::from_millis(serve.db_acquire_timeout_ms),
-                },
+                store: database.store_options(),
+                workers: work.config()?,
+                resolver: Default::default(),
+            })
+            .await
+        }
+        Command::Work { config, database, work } => {
+            let Some(workers) = work.config()? else {
+                anyhow::bail!("`work` needs at least one worker")
             };
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(runtime) => runtime,
-                Err(error) => {
-                    eprintln!("error: cannot start the runtime: {error}");
-                    return ExitCode::FAILURE;
+            serve::run(ServeOptions {
+                database_url: database.database_url.clone(),
+                listen: None,
+                pipelines: config.pipelines,
+                instances: config.instances,
+                server: ServerConfig::default(),
+                store: database.store_options(),
+                workers: Some(workers),
+                resolver: Default::default(),
+            })
+            .await
+        }
+        Command::Events { database, command } => {
+            let store =
+                serve::open_store(&database.database_url, &database.store_options()).await?;
+            let text = match command {
+                EventsCommand::List { pipeline, state, since, limit } => {
+                    let since_ms =
+                        since.map(|d| now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                    events::list(&store, &EventFilter { pipeline, state, since_ms, limit }).await?
                 }
+                EventsCommand::Show { id } => events::show(&store, id).await?,
+                EventsCommand::Replay { id: Some(id), .. } => events::replay(&store, id).await?,
+                EventsCommand::Replay { id: None, dead: true, pipeline } => {
+                    events::replay_dead(&store, pipeline.as_deref()).await?
+                }
+                EventsCommand::Replay { .. } => anyhow::bail!("name an event id, or `--dead`"),
             };
-            match runtime.block_on(serve::run(options)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    eprintln!("error: {error:#}");
-                    ExitCode::FAILURE
+            store.close().await;
+            print!("{text}");
+            Ok(())
+        }
+        Command::Crm { instances, connector, command } => {
+            let source =
+                hookgate::files::read_config(&instances).map_err(|d| anyhow::anyhow!("{d}"))?;
+            let (loaded, diagnostics) =
+                hookgate_pipeline::load_instances(&instances.display().to_string(), &source);
+            let Some(loaded) = loaded.filter(|_| !diagnostics.iter().any(|d| d.is_error())) else {
+                let text: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+                anyhow::bail!("{}", text.join("\n"));
+            };
+            let crm = connectors::mock(&loaded, &connector).await?;
+            match command {
+                CrmCommand::Records { object } => {
+                    for record in crm.records(object.as_deref()).await? {
+                        println!("{}", serde_json::to_string(&record)?);
+                    }
+                }
+                CrmCommand::Effects => {
+                    for effect in crm.effects().await? {
+                        println!("{}", serde_json::to_string(&effect)?);
+                    }
                 }
             }
+            crm.close().await;
+            Ok(())
+        }
+        Command::Demo { pipelines, dir } => {
+            let text = demo::run(DemoOptions { pipelines, dir }).await?;
+            print!("{text}");
+            Ok(())
         }
     }
 }
 
-/// Logs go to stderr as `key=value` lines; `RUST_LOG` filters them (default `info`).
-fn init_tracing() {
+/// Logs go to stderr as `key=value` lines; `RUST_LOG` filters them.
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -19,6 +19,31 @@ pub enum SecretError {
     Unreadable { reference: String, reason: String },
 }
 
+/// Where secret values come from.
+#[derive(Debug, Clone, Default)]
+pub enum Resolver {
+    /// The process environment and the file system: production.
+    #[default]
+    Environment,
+    /// Fixed values by variable name or file path: the demo's test secrets.
+    Fixed(std::collections::HashMap<String, String>),
+}
+
+impl Resolver {
+    pub fn resolve(&self, reference: &SecretRef) -> Result<SecretBytes, SecretError> {
+        match self {
+            Resolver::Environment => resolve(reference),
+            Resolver::Fixed(values) => {
+                let (SecretRef::Env(name) | SecretRef::File(name)) = reference;
+                values
+                    .get(name)
+                    .map(|v| SecretBytes::new(v.as_bytes()))
+                    .ok_or_else(|| SecretError::Unset(reference.to_string()))
+            }
+        }
+    }
+}
+
 /// Resolves one reference. A file's single trailing newline is removed, since editors and
 /// `echo` add one.
 pub fn resolve(reference: &SecretRef) -> Result<SecretBytes, SecretError> {

@@ -1,50 +1,151 @@
-//! `hookgate serve`: load and check the configuration (refusing to start on any error or
-//! unset secret), connect to the store, then serve until SIGTERM or Ctrl-C.
+//! `hookgate serve` and `hookgate work`: load and check the configuration (refusing to start on
+//! any error or unset secret), connect to the store, then run the intake server, the delivery
+//! workers and the retention sweeper until SIGTERM or Ctrl-C.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use hookgate_engine::{Gateway, ServedPipeline};
+use hookgate_engine::{Gateway, ServedPipeline, Worker, WorkerConfig, now_ms};
+use hookgate_pipeline::Instances;
 use hookgate_server::ServerConfig;
 use hookgate_store::{Store, StoreOptions};
 use hookgate_verify::Verifier;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::check::{self, Options, SecretPolicy};
-use crate::secrets;
+use crate::{connectors, secrets};
+
+/// How often retention runs.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub database_url: String,
-    pub listen: SocketAddr,
+    /// Where intake listens; `None` runs workers only (`hookgate work`).
+    pub listen: Option<SocketAddr>,
     pub pipelines: Vec<PathBuf>,
     pub instances: PathBuf,
     pub server: ServerConfig,
     pub store: StoreOptions,
+    /// `None` runs intake only (`serve --workers 0`).
+    pub workers: Option<WorkerConfig>,
+    pub resolver: secrets::Resolver,
 }
 
-pub async fn run(options: ServeOptions) -> Result<()> {
-    let gateway = build_gateway(&options).await?;
-    let listener = tokio::net::TcpListener::bind(options.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", options.listen))?;
-    let address = listener.local_addr()?;
+/// A running gateway: intake, workers and sweeper, stopped together.
+#[derive(Debug)]
+pub struct Running {
+    pub address: Option<SocketAddr>,
+    pub gateway: Gateway,
+    pub instances: Instances,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops accepting, lets requests and CRM calls in flight finish, then closes the store.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        self.gateway.store().close().await;
+    }
+}
+
+async fn stopped(mut receiver: watch::Receiver<bool>) {
+    let _ = receiver.wait_for(|stop| *stop).await;
+}
+
+/// Builds everything and starts the tasks.
+pub async fn start(options: ServeOptions) -> Result<Running> {
+    let (gateway, instances) = build_gateway(&options).await?;
+    let (stop, receiver) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let mut address = None;
+
+    if let Some(listen) = options.listen {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        address = Some(listener.local_addr()?);
+        let (gateway, config, shutdown) =
+            (gateway.clone(), options.server.clone(), stopped(receiver.clone()));
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = hookgate_server::serve(listener, gateway, config, shutdown).await {
+                tracing::error!(%error, "the intake server failed");
+            }
+        }));
+    }
+    if let Some(config) = options.workers.clone() {
+        let connectors = connectors::build(&instances).await?;
+        let worker = Worker::new(gateway.clone(), connectors, config);
+        tasks.push(tokio::spawn(worker.run(stopped(receiver.clone()))));
+        tasks.push(tokio::spawn(sweep(gateway.clone(), stopped(receiver.clone()))));
+    }
     let names: Vec<&str> = gateway.pipeline_names().collect();
-    tracing::info!(%address, backend = gateway.store().backend(), pipelines = ?names, "serving");
-    // Tests and scripts read this line to learn the bound port (`--listen 127.0.0.1:0`).
-    println!("hookgate listening on http://{address}");
-    let store = gateway.store().clone();
-    hookgate_server::serve(listener, gateway, options.server, shutdown_signal()).await?;
-    store.close().await;
+    tracing::info!(address = ?address, backend = gateway.store().backend(), pipelines = ?names, workers = options.workers.is_some(), "started");
+    Ok(Running { address, gateway, instances, stop, tasks })
+}
+
+/// Runs until SIGTERM or Ctrl-C.
+pub async fn run(options: ServeOptions) -> Result<()> {
+    let running = start(options).await?;
+    if let Some(address) = running.address {
+        // Tests and scripts read this line to learn the bound port (`--listen 127.0.0.1:0`).
+        println!("hookgate listening on http://{address}");
+    } else {
+        println!("hookgate working");
+    }
+    shutdown_signal().await;
+    running.stop().await;
     tracing::info!("stopped");
     Ok(())
 }
 
-async fn build_gateway(options: &ServeOptions) -> Result<Gateway> {
+/// Deletes what is past each pipeline's retention, and returns expired leases to the queue.
+async fn sweep(gateway: Gateway, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    loop {
+        let now = now_ms();
+        for pipeline in gateway.pipelines() {
+            let retention =
+                i64::try_from(pipeline.compiled.retention.as_millis()).unwrap_or(i64::MAX);
+            match gateway
+                .store()
+                .sweep(&pipeline.compiled.name, now.saturating_sub(retention))
+                .await
+            {
+                Ok(0) => {}
+                Ok(deleted) => {
+                    tracing::info!(pipeline = %pipeline.compiled.name, deleted, "retention sweep")
+                }
+                Err(error) => tracing::warn!(%error, "retention sweep failed"),
+            }
+        }
+        match gateway.store().release_stale_leases(now).await {
+            Ok(0) => {}
+            Ok(released) => {
+                tracing::warn!(released, "expired leases returned to the queue, in doubt")
+            }
+            Err(error) => tracing::warn!(%error, "releasing stale leases failed"),
+        }
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = tokio::time::sleep(SWEEP_INTERVAL) => {}
+        }
+    }
+}
+
+async fn build_gateway(options: &ServeOptions) -> Result<(Gateway, Instances)> {
     let project = check::load(&Options {
         paths: options.pipelines.clone(),
         instances: options.instances.clone(),
         secrets: SecretPolicy::Require,
+        resolver: options.resolver.clone(),
     });
     if project.has_errors() {
         for diagnostic in &project.diagnostics {
@@ -52,6 +153,7 @@ async fn build_gateway(options: &ServeOptions) -> Result<Gateway> {
         }
         bail!("the configuration has errors; `hookgate check` reports the same");
     }
+    let Some(instances) = project.instances else { bail!("no connector instances") };
     if project.pipelines.is_empty() {
         bail!("no pipelines found in {:?}", options.pipelines);
     }
@@ -61,17 +163,21 @@ async fn build_gateway(options: &ServeOptions) -> Result<Gateway> {
         let secrets = compiled
             .secrets
             .iter()
-            .map(|(reference, _)| secrets::resolve(reference))
+            .map(|(reference, _)| options.resolver.resolve(reference))
             .collect::<Result<Vec<_>, _>>()
             .with_context(|| format!("pipeline `{}`", compiled.name))?;
         let verifier = Verifier::new(compiled.scheme.clone(), &secrets, compiled.tolerance_secs)
             .with_context(|| format!("pipeline `{}`: unusable secret", compiled.name))?;
         served.push(ServedPipeline::new(compiled, verifier));
     }
-    let store = Store::connect(&options.database_url, &options.store).await.with_context(|| {
-        format!("cannot open the store at {}", redact_url(&options.database_url))
-    })?;
-    Ok(Gateway::new(store, served))
+    let store = open_store(&options.database_url, &options.store).await?;
+    Ok((Gateway::new(store, served), instances))
+}
+
+pub async fn open_store(url: &str, options: &StoreOptions) -> Result<Store> {
+    Store::connect(url, options)
+        .await
+        .with_context(|| format!("cannot open the store at {}", redact_url(url)))
 }
 
 /// A database URL without its password, for messages.
@@ -104,5 +210,5 @@ async fn shutdown_signal() {
         () = ctrl_c => {},
         () = terminate => {},
     }
-    tracing::info!("shutdown requested: finishing in-flight requests");
+    tracing::info!("shutdown requested: finishing requests and calls in flight");
 }

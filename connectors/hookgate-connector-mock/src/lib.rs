@@ -1,0 +1,491 @@
+//! The mock CRM: a real, stateful CRM stand-in for the demo, the tests and chaos runs.
+//!
+//! Records live by (object, external-id field, value) in the mock's **own** SQLite file, never
+//! in the gateway's database or transactions: a real CRM is a separate system. Every write it
+//! applies is appended to an **effect log** with its idempotency key, so a test can count
+//! effects per event. Idempotency keys are honoured only when the instance enables it, so the
+//! engine's own guarantees can be tested without that help. **Faults** are set in the instance
+//! settings: failure rate, latency, lost responses (the write is applied, then the call times
+//! out), 429 with retry-after, and permanent rejection of chosen external ids. A `seed` makes
+//! the faults repeatable.
+//!
+//! Several processes may share one mock file: every write runs in `BEGIN IMMEDIATE`.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hookgate_connector::{
+    Answer, BoxFuture, Capabilities, Connector, ConnectorError, Description, LookupOutcome,
+    LookupRequest, Operation, UpsertOutcome, UpsertRequest,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{ConnectOptions, Row};
+
+/// Instance settings of `kind: mock`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MockSettings {
+    /// The mock CRM's SQLite file (created if missing).
+    pub path: String,
+    /// Apply a repeated idempotency key once (like a CRM that supports them).
+    #[serde(default = "yes")]
+    pub idempotency: bool,
+    #[serde(default)]
+    pub faults: Faults,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Injected faults; rates are fractions from 0 to 1, drawn per call.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Faults {
+    /// Calls that fail before any write, as a 503 would.
+    #[serde(default)]
+    pub failure_rate: f64,
+    /// Calls answered 429 before any write.
+    #[serde(default)]
+    pub rate_limit_rate: f64,
+    /// The retry-after of a 429, in milliseconds.
+    #[serde(default = "default_retry_after_ms")]
+    pub retry_after_ms: u64,
+    /// Writes applied, then answered with a timeout: the response is lost.
+    #[serde(default)]
+    pub lost_response_rate: f64,
+    /// Added to every call.
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// External id values that are always rejected, as a validation rule would.
+    #[serde(default)]
+    pub reject_external_ids: Vec<String>,
+    /// Seeds the fault dice, for repeatable runs.
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+fn default_retry_after_ms() -> u64 {
+    1000
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MockError {
+    #[error("invalid mock settings: {0}")]
+    Settings(String),
+    #[error("mock CRM database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("mock CRM database: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// A record as the mock CRM holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MockRecord {
+    pub record_id: String,
+    pub object: String,
+    pub external_id_field: String,
+    pub external_id_value: String,
+    pub fields: BTreeMap<String, String>,
+    pub updated_at_ms: i64,
+}
+
+/// One applied write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Effect {
+    pub id: i64,
+    pub record_id: String,
+    pub object: String,
+    pub external_id_value: String,
+    pub idempotency_key: String,
+    pub created: bool,
+    pub fields: BTreeMap<String, String>,
+    pub applied_at_ms: i64,
+}
+
+#[derive(Debug)]
+pub struct MockCrm {
+    pool: SqlitePool,
+    settings: MockSettings,
+    dice: Mutex<StdRng>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    object TEXT NOT NULL,
+    external_id_field TEXT NOT NULL,
+    external_id_value TEXT NOT NULL,
+    fields TEXT NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    UNIQUE (object, external_id_field, external_id_value)
+);
+CREATE TABLE IF NOT EXISTS effects (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    record_id TEXT NOT NULL,
+    object TEXT NOT NULL,
+    external_id_value TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    fields TEXT NOT NULL,
+    applied_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    idempotency_key TEXT PRIMARY KEY,
+    record_id TEXT NOT NULL
+);
+";
+
+impl MockCrm {
+    /// Opens (or creates) the mock CRM described by instance settings.
+    pub async fn from_settings(
+        settings: &BTreeMap<String, serde_json::Value>,
+    ) -> Result<MockCrm, MockError> {
+        let object = serde_json::Value::Object(settings.clone().into_iter().collect());
+        let settings: MockSettings =
+            serde_json::from_value(object).map_err(|e| MockError::Settings(e.to_string()))?;
+        MockCrm::open(settings).await
+    }
+
+    pub async fn open(settings: MockSettings) -> Result<MockCrm, MockError> {
+        for (name, rate) in [
+            ("failure_rate", settings.faults.failure_rate),
+            ("rate_limit_rate", settings.faults.rate_limit_rate),
+            ("lost_response_rate", settings.faults.lost_response_rate),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(MockError::Settings(format!(
+                    "faults.{name} must be between 0 and 1, not {rate}"
+                )));
+            }
+        }
+        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", settings.path))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(30))
+            .disable_statement_logging();
+        let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options).await?;
+        sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        let dice = match settings.faults.seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_os_rng(),
+        };
+        Ok(MockCrm { pool, settings, dice: Mutex::new(dice) })
+    }
+
+    fn roll(&self, rate: f64) -> bool {
+        rate > 0.0
+            && self.dice.lock().expect("the dice lock is never poisoned").random::<f64>() < rate
+    }
+
+    async fn latency(&self) {
+        if self.settings.faults.latency_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.settings.faults.latency_ms)).await;
+        }
+    }
+
+    /// Faults that strike before anything is written.
+    fn faults_before_write(&self, external_id: &str) -> Result<(), ConnectorError> {
+        let faults = &self.settings.faults;
+        if faults.reject_external_ids.iter().any(|id| id == external_id) {
+            return Err(ConnectorError::Rejected {
+                message: format!("validation rule: external id `{external_id}` is not accepted"),
+                answer: Answer::with_excerpt(
+                    Some(400),
+                    r#"{"error":"FIELD_CUSTOM_VALIDATION_EXCEPTION"}"#,
+                ),
+            });
+        }
+        if self.roll(faults.rate_limit_rate) {
+            let retry_after = Duration::from_millis(faults.retry_after_ms);
+            return Err(ConnectorError::RateLimited {
+                message: "too many requests".into(),
+                retry_after: Some(retry_after),
+                answer: Answer::with_excerpt(Some(429), r#"{"error":"RATE_LIMITED"}"#),
+            });
+        }
+        if self.roll(faults.failure_rate) {
+            return Err(ConnectorError::Retryable {
+                message: "service unavailable".into(),
+                retry_after: None,
+                answer: Answer::with_excerpt(Some(503), r#"{"error":"SERVER_UNAVAILABLE"}"#),
+            });
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, request: &UpsertRequest) -> Result<UpsertOutcome, sqlx::Error> {
+        let mut connection = self.pool.acquire().await?;
+        // IMMEDIATE takes the write lock first, so concurrent writers from several processes
+        // queue on the busy timeout instead of failing to upgrade a read lock.
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *connection).await?;
+        let result = self.apply_in_transaction(&mut connection, request).await;
+        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        sqlx::query(end).execute(&mut *connection).await?;
+        result
+    }
+
+    async fn apply_in_transaction(
+        &self,
+        connection: &mut sqlx::SqliteConnection,
+        request: &UpsertRequest,
+    ) -> Result<UpsertOutcome, sqlx::Error> {
+        let now = now_ms();
+        if self.settings.idempotency {
+            let seen: Option<String> = sqlx::query_scalar(
+                "SELECT record_id FROM idempotency_keys WHERE idempotency_key = ?1",
+            )
+            .bind(&request.idempotency_key)
+            .fetch_optional(&mut *connection)
+            .await?;
+            if let Some(record_id) = seen {
+                let answer = Answer::with_excerpt(Some(200), r#"{"replayed":true}"#);
+                return Ok(UpsertOutcome { record_id, created: false, answer });
+            }
+        }
+        let existing = sqlx::query(
+            "SELECT id, fields FROM records WHERE object = ?1 AND external_id_field = ?2 AND external_id_value = ?3",
+        )
+        .bind(&request.object)
+        .bind(&request.external_id_field)
+        .bind(&request.external_id_value)
+        .fetch_optional(&mut *connection)
+        .await?;
+        let (record_id, created) = match existing {
+            Some(row) => {
+                let id: i64 = row.try_get("id")?;
+                let mut fields: BTreeMap<String, String> =
+                    serde_json::from_str(&row.try_get::<String, _>("fields")?).unwrap_or_default();
+                fields.extend(request.fields.clone());
+                sqlx::query("UPDATE records SET fields = ?1, updated_at_ms = ?2 WHERE id = ?3")
+                    .bind(to_json(&fields))
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut *connection)
+                    .await?;
+                (record_id(id), false)
+            }
+            None if request.operation == Operation::UpdateOnly => {
+                return Err(sqlx::Error::RowNotFound);
+            }
+            None => {
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO records (object, external_id_field, external_id_value, fields, updated_at_ms) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+                )
+                .bind(&request.object)
+                .bind(&request.external_id_field)
+                .bind(&request.external_id_value)
+                .bind(to_json(&request.fields))
+                .bind(now)
+                .fetch_one(&mut *connection)
+                .await?;
+                (record_id(id), true)
+            }
+        };
+        sqlx::query(
+            "INSERT INTO effects (record_id, object, external_id_value, idempotency_key, created, fields, applied_at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .bind(&record_id)
+        .bind(&request.object)
+        .bind(&request.external_id_value)
+        .bind(&request.idempotency_key)
+        .bind(created)
+        .bind(to_json(&request.fields))
+        .bind(now)
+        .execute(&mut *connection)
+        .await?;
+        if self.settings.idempotency {
+            sqlx::query(
+                "INSERT INTO idempotency_keys (idempotency_key, record_id) VALUES (?1, ?2)",
+            )
+            .bind(&request.idempotency_key)
+            .bind(&record_id)
+            .execute(&mut *connection)
+            .await?;
+        }
+        let status = if created { 201 } else { 200 };
+        let body = format!(r#"{{"id":"{record_id}","created":{created}}}"#);
+        Ok(UpsertOutcome { record_id, created, answer: Answer::with_excerpt(Some(status), &body) })
+    }
+
+    /// Every record of an object, by external id.
+    pub async fn records(&self, object: Option<&str>) -> Result<Vec<MockRecord>, MockError> {
+        let rows = sqlx::query(
+            "SELECT id, object, external_id_field, external_id_value, fields, updated_at_ms FROM records \
+             WHERE ?1 IS NULL OR object = ?1 ORDER BY object, external_id_value",
+        )
+        .bind(object)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(MockRecord {
+                    record_id: record_id(row.try_get("id")?),
+                    object: row.try_get("object")?,
+                    external_id_field: row.try_get("external_id_field")?,
+                    external_id_value: row.try_get("external_id_value")?,
+                    fields: serde_json::from_str(&row.try_get::<String, _>("fields")?)
+                        .unwrap_or_default(),
+                    updated_at_ms: row.try_get("updated_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The effect log, in the order writes were applied.
+    pub async fn effects(&self) -> Result<Vec<Effect>, MockError> {
+        let rows = sqlx::query(
+            "SELECT id, record_id, object, external_id_value, idempotency_key, created, fields, applied_at_ms \
+             FROM effects ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Effect {
+                    id: row.try_get("id")?,
+                    record_id: row.try_get("record_id")?,
+                    object: row.try_get("object")?,
+                    external_id_value: row.try_get("external_id_value")?,
+                    idempotency_key: row.try_get("idempotency_key")?,
+                    created: row.try_get("created")?,
+                    fields: serde_json::from_str(&row.try_get::<String, _>("fields")?)
+                        .unwrap_or_default(),
+                    applied_at_ms: row.try_get("applied_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn record_id(id: i64) -> String {
+    format!("MOCK-{id:08}")
+}
+
+fn to_json(fields: &BTreeMap<String, String>) -> String {
+    serde_json::to_string(fields).expect("string maps serialise")
+}
+
+fn now_ms() -> i64 {
+    let since =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn storage_failure(error: &sqlx::Error) -> ConnectorError {
+    ConnectorError::Retryable {
+        message: format!("mock CRM storage: {error}"),
+        retry_after: None,
+        answer: Answer::with_excerpt(Some(500), "storage error"),
+    }
+}
+
+impl Connector for MockCrm {
+    fn describe(&self) -> Description {
+        Description {
+            kind: "mock".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            capabilities: Capabilities {
+                update_only: true,
+                idempotency_keys: self.settings.idempotency,
+            },
+            settings_schema: serde_json::to_value(schemars::schema_for!(MockSettings))
+                .unwrap_or_default(),
+        }
+    }
+
+    fn upsert<'a>(
+        &'a self,
+        request: &'a UpsertRequest,
+    ) -> BoxFuture<'a, Result<UpsertOutcome, ConnectorError>> {
+        Box::pin(async move {
+            self.latency().await;
+            self.faults_before_write(&request.external_id_value)?;
+            let outcome = match self.apply(request).await {
+                Ok(outcome) => outcome,
+                Err(sqlx::Error::RowNotFound) => {
+                    return Err(ConnectorError::Rejected {
+                        message: format!(
+                            "no {} with {} = {} to update",
+                            request.object, request.external_id_field, request.external_id_value
+                        ),
+                        answer: Answer::with_excerpt(Some(404), r#"{"error":"NOT_FOUND"}"#),
+                    });
+                }
+                Err(error) => return Err(storage_failure(&error)),
+            };
+            if self.roll(self.settings.faults.lost_response_rate) {
+                return Err(ConnectorError::Ambiguous {
+                    message: "timed out waiting for the answer (the write was applied)".into(),
+                    answer: Answer::default(),
+                });
+            }
+            Ok(outcome)
+        })
+    }
+
+    fn lookup<'a>(
+        &'a self,
+        request: &'a LookupRequest,
+    ) -> BoxFuture<'a, Result<LookupOutcome, ConnectorError>> {
+        Box::pin(async move {
+            self.latency().await;
+            if self.roll(self.settings.faults.failure_rate) {
+                return Err(ConnectorError::Retryable {
+                    message: "service unavailable".into(),
+                    retry_after: None,
+                    answer: Answer::with_excerpt(Some(503), r#"{"error":"SERVER_UNAVAILABLE"}"#),
+                });
+            }
+            let row = sqlx::query(
+                "SELECT id, fields FROM records WHERE object = ?1 AND external_id_field = ?2 AND external_id_value = ?3",
+            )
+            .bind(&request.object)
+            .bind(&request.external_id_field)
+            .bind(&request.external_id_value)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| storage_failure(&e))?;
+            Ok(match row {
+                Some(row) => {
+                    let id: i64 = row.try_get("id").map_err(|e| storage_failure(&e))?;
+                    let fields_json: String =
+                        row.try_get("fields").map_err(|e| storage_failure(&e))?;
+                    LookupOutcome::Found {
+                        record_id: record_id(id),
+                        fields: serde_json::from_str(&fields_json).unwrap_or_default(),
+                        answer: Answer::with_excerpt(Some(200), &fields_json),
+                    }
+                }
+                None => LookupOutcome::NotFound {
+                    answer: Answer::with_excerpt(Some(404), r#"{"error":"NOT_FOUND"}"#),
+                },
+            })
+        })
+    }
+
+    fn healthcheck(&self) -> BoxFuture<'_, Result<(), ConnectorError>> {
+        Box::pin(async move {
+            sqlx::query("SELECT 1")
+                .execute(&self.pool)
+                .await
+                .map(|_| ())
+                .map_err(|e| storage_failure(&e))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+use super::*;
+
+fn request(external_id: &str, key: &str, name: &str) -> UpsertRequest {
+    UpsertRequest {
+        object: "contacts".into(),
+        external_id_field: "login".into(),
+        external_id_value: external_id.into(),
+        fields: BTreeMap::from([("name".to_owned(), name.to_owned())]),
+        operation: Operation::Upsert,
+        idempotency_key: key.into(),
+    }
+}
+
+async fn mock(dir: &tempfile::TempDir, idempotency: bool, faults: Faults) -> MockCrm {
+    let path = dir.path().join("crm.db").display().to_string();
+    MockCrm::open(MockSettings { path, idempotency, faults }).await.unwrap()
+}
+
+#[tokio::test]
+async fn create_then_update_one_record_and_log_every_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let crm = mock(&dir, true, Faults::default()).await;
+    let first = crm.upsert(&request("ada", "k1", "Ada")).await.unwrap();
+    assert!(first.created);
+    let second = crm.upsert(&request("ada", "k2", "Ada L.")).await.unwrap();
+    assert!(!second.created);
+    assert_eq!(first.record_id, second.record_id);
+    let records = crm.records(Some("contacts")).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].fields["name"], "Ada L.");
+    assert_eq!(crm.effects().await.unwrap().len(), 2);
+    let LookupOutcome::Found { fields, .. } =
+        crm.lookup(&(&request("ada", "", "")).into()).await.unwrap()
+    else {
+        panic!("not found")
+    };
+    assert_eq!(fields["name"], "Ada L.");
+    assert!(matches!(
+        crm.lookup(&(&request("bob", "", "")).into()).await.unwrap(),
+        LookupOutcome::NotFound { .. }
+    ));
+}
+
+#[tokio::test]
+async fn idempotency_keys_are_honoured_only_when_enabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let crm = mock(&dir, true, Faults::default()).await;
+    crm.upsert(&request("ada", "same", "Ada")).await.unwrap();
+    crm.upsert(&request("ada", "same", "Ada")).await.unwrap();
+    assert_eq!(crm.effects().await.unwrap().len(), 1, "a repeated key is not a new effect");
+    crm.close().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let crm = mock(&dir, false, Faults::default()).await;
+    crm.upsert(&request("ada", "same", "Ada")).await.unwrap();
+    crm.upsert(&request("ada", "same", "Ada")).await.unwrap();
+    assert_eq!(
+        crm.effects().await.unwrap().len(),
+        2,
+        "without idempotency every write is an effect"
+    );
+}
+
+#[tokio::test]
+async fn faults_are_injected_as_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults { lost_response_rate: 1.0, ..Faults::default() };
+    let crm = mock(&dir, false, faults).await;
+    let error = crm.upsert(&request("ada", "k", "Ada")).await.unwrap_err();
+    assert_eq!(error.class(), "ambiguous");
+    assert_eq!(crm.effects().await.unwrap().len(), 1, "a lost response still applied the write");
+    crm.close().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults { rate_limit_rate: 1.0, retry_after_ms: 1500, ..Faults::default() };
+    let crm = mock(&dir, false, faults).await;
+    let error = crm.upsert(&request("ada", "k", "Ada")).await.unwrap_err();
+    assert_eq!(
+        (error.class(), error.retry_after()),
+        ("rate_limited", Some(Duration::from_millis(1500)))
+    );
+    assert_eq!(error.answer().status, Some(429));
+    assert!(crm.effects().await.unwrap().is_empty());
+    crm.close().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults {
+        reject_external_ids: vec!["bad".into()],
+        failure_rate: 0.5,
+        seed: Some(7),
+        ..Faults::default()
+    };
+    let crm = mock(&dir, false, faults).await;
+    assert_eq!(crm.upsert(&request("bad", "k", "x")).await.unwrap_err().class(), "rejected");
+    let mut failures = 0;
+    for i in 0..200 {
+        if crm.upsert(&request(&format!("c{i}"), &format!("k{i}"), "x")).await.is_err() {
+            failures += 1;
+        }
+    }
+    assert!((60..140).contains(&failures), "about half of 200 calls fail: {failures}");
+    assert_eq!(crm.effects().await.unwrap().len(), 200 - failures, "a failed call writes nothing");
+}
+
+#[tokio::test]
+async fn update_only_never_creates() {
+    let dir = tempfile::tempdir().unwrap();
+    let crm = mock(&dir, true, Faults::default()).await;
+    let update = UpsertRequest { operation: Operation::UpdateOnly, ..request("ada", "k", "Ada") };
+    assert_eq!(crm.upsert(&update).await.unwrap_err().class(), "rejected");
+    assert!(crm.records(None).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn bad_settings_are_reported() {
+    let settings = BTreeMap::from([("pth".to_owned(), serde_json::json!("x.db"))]);
+    let error = MockCrm::from_settings(&settings).await.unwrap_err();
+    assert!(error.to_string().contains("unknown field `pth`"), "{error}");
+}

@@ -1,0 +1,214 @@
+//! The connector SDK: what a CRM connector implements for hookgate.
+//!
+//! A connector writes records into one CRM by **external id**: create the record if no record
+//! has that external id, update it if one does. The engine owns everything else: leasing,
+//! ordering, retries, reconciliation, dead letters, evidence. A connector only has to say what
+//! happened, and classify failures with [`ConnectorError`] so that retry policy lives in one
+//! place.
+//!
+//! # Writing a connector
+//! 1. Implement [`Connector`] for a type built from its instance settings
+//!    (`hookgate.yaml`: `kind`, `settings`, `credentials`).
+//! 2. Map every documented answer of the CRM to a result or an error class:
+//!    - the write happened: [`UpsertOutcome`] with the CRM's record id;
+//!    - the CRM asked to slow down: [`ConnectorError::RateLimited`] with its retry-after;
+//!    - a transient failure (5xx, connection refused before sending): [`ConnectorError::Retryable`];
+//!    - the request will never succeed as is (validation, several records match one external
+//!      id): [`ConnectorError::Rejected`];
+//!    - the request may or may not have been applied (a timeout, a connection lost after
+//!      sending): [`ConnectorError::Ambiguous`]; the engine will look the record up before
+//!      retrying;
+//!    - the connector itself is wrong (credentials, unknown object): [`ConnectorError::Misconfigured`].
+//! 3. Implement [`Connector::lookup`] faithfully: reconciliation after an ambiguous answer
+//!    depends on it.
+//!
+//! Requests and results are plain serde data, so a connector can also live in a dynamic
+//! library behind a C ABI that carries them as JSON.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A boxed future, so that [`Connector`] can be used as a trait object.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Bytes of a CRM answer kept as evidence with each attempt.
+pub const EXCERPT_BYTES_MAX: usize = 2048;
+
+/// Whether a write may create a record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    #[default]
+    Upsert,
+    UpdateOnly,
+}
+
+/// One write: the record with `external_id_field = external_id_value` in `object` gets
+/// `fields`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpsertRequest {
+    pub object: String,
+    pub external_id_field: String,
+    pub external_id_value: String,
+    pub fields: BTreeMap<String, String>,
+    pub operation: Operation,
+    /// Stable for one (event, target): `hookgate-{event id}-{target}`. A CRM that honours
+    /// idempotency keys applies a repeated key once.
+    pub idempotency_key: String,
+}
+
+/// Finds the record an upsert would write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LookupRequest {
+    pub object: String,
+    pub external_id_field: String,
+    pub external_id_value: String,
+}
+
+impl From<&UpsertRequest> for LookupRequest {
+    fn from(request: &UpsertRequest) -> LookupRequest {
+        LookupRequest {
+            object: request.object.clone(),
+            external_id_field: request.external_id_field.clone(),
+            external_id_value: request.external_id_value.clone(),
+        }
+    }
+}
+
+/// What the CRM answered; kept with the attempt as evidence.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The HTTP status, for HTTP CRMs.
+    pub status: Option<u16>,
+    /// The start of the answer's body, at most [`EXCERPT_BYTES_MAX`] bytes.
+    pub excerpt: Option<String>,
+    /// Headers worth keeping, e.g. `Sforce-Limit-Info`.
+    pub meta: BTreeMap<String, String>,
+}
+
+impl Answer {
+    pub fn with_excerpt(status: Option<u16>, body: &str) -> Answer {
+        Answer { status, excerpt: Some(excerpt(body)), meta: BTreeMap::new() }
+    }
+}
+
+/// Cuts a text to [`EXCERPT_BYTES_MAX`] bytes on a character boundary.
+pub fn excerpt(text: &str) -> String {
+    if text.len() <= EXCERPT_BYTES_MAX {
+        return text.to_owned();
+    }
+    let mut end = EXCERPT_BYTES_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpsertOutcome {
+    pub record_id: String,
+    /// Whether the record was created (false: updated).
+    pub created: bool,
+    pub answer: Answer,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LookupOutcome {
+    Found { record_id: String, fields: BTreeMap<String, String>, answer: Answer },
+    NotFound { answer: Answer },
+}
+
+/// What a connector can do, and its settings schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Description {
+    pub kind: String,
+    pub version: String,
+    pub capabilities: Capabilities,
+    /// JSON Schema of the instance `settings`.
+    pub settings_schema: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    pub update_only: bool,
+    /// The CRM applies a repeated idempotency key once.
+    pub idempotency_keys: bool,
+}
+
+/// Why a call failed, classified for the engine's retry policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ConnectorError {
+    /// Transient: retry with backoff (no earlier than `retry_after`, if given).
+    #[error("retryable: {message}")]
+    Retryable { message: String, retry_after: Option<Duration>, answer: Answer },
+    /// The CRM asked to slow down.
+    #[error("rate limited: {message}")]
+    RateLimited { message: String, retry_after: Option<Duration>, answer: Answer },
+    /// Permanent for this request: dead-letter it.
+    #[error("rejected: {message}")]
+    Rejected { message: String, answer: Answer },
+    /// The request may or may not have been applied: look the record up before retrying.
+    #[error("ambiguous: {message}")]
+    Ambiguous { message: String, answer: Answer },
+    /// The connector's configuration is wrong (credentials, object); retried with backoff
+    /// so that a fix lets pending work through.
+    #[error("misconfigured: {message}")]
+    Misconfigured { message: String, answer: Answer },
+}
+
+impl ConnectorError {
+    /// A stable name for evidence and metrics.
+    pub fn class(&self) -> &'static str {
+        match self {
+            ConnectorError::Retryable { .. } => "retryable",
+            ConnectorError::RateLimited { .. } => "rate_limited",
+            ConnectorError::Rejected { .. } => "rejected",
+            ConnectorError::Ambiguous { .. } => "ambiguous",
+            ConnectorError::Misconfigured { .. } => "misconfigured",
+        }
+    }
+
+    pub fn answer(&self) -> &Answer {
+        match self {
+            ConnectorError::Retryable { answer, .. }
+            | ConnectorError::RateLimited { answer, .. }
+            | ConnectorError::Rejected { answer, .. }
+            | ConnectorError::Ambiguous { answer, .. }
+            | ConnectorError::Misconfigured { answer, .. } => answer,
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ConnectorError::Retryable { retry_after, .. }
+            | ConnectorError::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// A CRM connector instance. Shared between workers: methods take `&self`.
+pub trait Connector: Send + Sync + std::fmt::Debug {
+    fn describe(&self) -> Description;
+
+    /// Creates or updates the record by external id. Must not create a second record for an
+    /// external id that already has one.
+    fn upsert<'a>(
+        &'a self,
+        request: &'a UpsertRequest,
+    ) -> BoxFuture<'a, Result<UpsertOutcome, ConnectorError>>;
+
+    /// Finds the record by external id, with its current field values.
+    fn lookup<'a>(
+        &'a self,
+        request: &'a LookupRequest,
+    ) -> BoxFuture<'a, Result<LookupOutcome, ConnectorError>>;
+
+    /// Whether the CRM is reachable with these credentials.
+    fn healthcheck(&self) -> BoxFuture<'_, Result<(), ConnectorError>>;
+}
