@@ -5,6 +5,9 @@
 // Test helpers panic on a broken setup, which is what a test should do.
 #![allow(clippy::unwrap_used)]
 
+// Shared by every end-to-end test binary; each uses only a part of it.
+#[allow(dead_code)]
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::collections::HashSet;
@@ -512,8 +515,8 @@ async fn refuses_to_start_with_an_unset_secret_or_a_broken_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("broken.yaml"), "name: broken\nsingature: {}\n").unwrap();
     let output = ServerBuilder::new(database.url())
+        .pipelines(dir.path().join("broken.yaml"))
         .command()
-        .arg(dir.path().join("broken.yaml"))
         .output()
         .unwrap();
     assert!(!output.status.success());
@@ -553,7 +556,7 @@ async fn a_pipeline_may_answer_conflicts_with_a_2xx() {
     std::fs::write(dir.path().join("github.yaml"), format!("{shipped}conflict_status: 200\n"))
         .unwrap();
     let server =
-        ServerBuilder::new(database.url()).command_arg(dir.path().join("github.yaml")).start();
+        ServerBuilder::new(database.url()).pipelines(dir.path().join("github.yaml")).start();
     let client = reqwest::Client::new();
     assert_eq!(
         github("d-9", &push_body("a", "1")).send(&client, &server).await.status(),

@@ -60,9 +60,20 @@ pub struct Faults {
     /// Writes applied, then answered with a timeout: the response is lost.
     #[serde(default)]
     pub lost_response_rate: f64,
-    /// Added to every call.
+    /// Added to every call, before anything is written.
     #[serde(default)]
     pub latency_ms: u64,
+    /// Added after a write is applied, before it is answered: a worker killed in this window
+    /// leaves a write applied and unanswered.
+    #[serde(default)]
+    pub latency_after_write_ms: u64,
+    /// The first this-many write calls of this process fail before writing, as a 503 would:
+    /// deterministic retries for tests.
+    #[serde(default)]
+    pub fail_first_calls: u64,
+    /// The first this-many write calls of this process are answered 429 with `retry_after_ms`.
+    #[serde(default)]
+    pub rate_limit_first_calls: u64,
     /// External id values that are always rejected, as a validation rule would.
     #[serde(default)]
     pub reject_external_ids: Vec<String>,
@@ -114,6 +125,8 @@ pub struct MockCrm {
     pool: SqlitePool,
     settings: MockSettings,
     dice: Mutex<StdRng>,
+    /// Write calls so far, for the `*_first_calls` faults.
+    calls: std::sync::atomic::AtomicU64,
 }
 
 const SCHEMA: &str = "
@@ -176,7 +189,12 @@ impl MockCrm {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
         };
-        Ok(MockCrm { pool, settings, dice: Mutex::new(dice) })
+        Ok(MockCrm {
+            pool,
+            settings,
+            dice: Mutex::new(dice),
+            calls: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 
     fn roll(&self, rate: f64) -> bool {
@@ -193,6 +211,7 @@ impl MockCrm {
     /// Faults that strike before anything is written.
     fn faults_before_write(&self, external_id: &str) -> Result<(), ConnectorError> {
         let faults = &self.settings.faults;
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if faults.reject_external_ids.iter().any(|id| id == external_id) {
             return Err(ConnectorError::Rejected {
                 message: format!("validation rule: external id `{external_id}` is not accepted"),
@@ -202,7 +221,7 @@ impl MockCrm {
                 ),
             });
         }
-        if self.roll(faults.rate_limit_rate) {
+        if call < faults.rate_limit_first_calls || self.roll(faults.rate_limit_rate) {
             let retry_after = Duration::from_millis(faults.retry_after_ms);
             return Err(ConnectorError::RateLimited {
                 message: "too many requests".into(),
@@ -210,7 +229,7 @@ impl MockCrm {
                 answer: Answer::with_excerpt(Some(429), r#"{"error":"RATE_LIMITED"}"#),
             });
         }
-        if self.roll(faults.failure_rate) {
+        if call < faults.fail_first_calls || self.roll(faults.failure_rate) {
             return Err(ConnectorError::Retryable {
                 message: "service unavailable".into(),
                 retry_after: None,
@@ -426,6 +445,12 @@ impl Connector for MockCrm {
                 }
                 Err(error) => return Err(storage_failure(&error)),
             };
+            if self.settings.faults.latency_after_write_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(
+                    self.settings.faults.latency_after_write_ms,
+                ))
+                .await;
+            }
             if self.roll(self.settings.faults.lost_response_rate) {
                 return Err(ConnectorError::Ambiguous {
                     message: "timed out waiting for the answer (the write was applied)".into(),

@@ -117,3 +117,19 @@ async fn bad_settings_are_reported() {
     let error = MockCrm::from_settings(&settings).await.unwrap_err();
     assert!(error.to_string().contains("unknown field `pth`"), "{error}");
 }
+
+#[tokio::test]
+async fn first_call_faults_are_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults { fail_first_calls: 2, rate_limit_first_calls: 1, ..Faults::default() };
+    let crm = mock(&dir, true, faults).await;
+    let classes: Vec<&str> = [
+        crm.upsert(&request("ada", "k", "Ada")).await.err().map(|e| e.class()),
+        crm.upsert(&request("ada", "k", "Ada")).await.err().map(|e| e.class()),
+        crm.upsert(&request("ada", "k", "Ada")).await.err().map(|e| e.class()),
+    ]
+    .iter()
+    .map(|c| c.unwrap_or("ok"))
+    .collect();
+    assert_eq!(classes, ["rate_limited", "retryable", "ok"]);
+}

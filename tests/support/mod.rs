@@ -19,6 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub const GITHUB_SECRET: &str = "github-e2e-secret";
 pub const PARTNER_SECRET: &str = "partner-e2e-secret";
 pub const STANDARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub const ORDERS_SECRET: &str = "orders-e2e-secret";
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
@@ -86,6 +87,9 @@ pub struct ServerBuilder {
     database_url: String,
     extra_args: Vec<String>,
     unset_env: Vec<&'static str>,
+    pipelines: Option<PathBuf>,
+    instances: Option<PathBuf>,
+    workers: usize,
 }
 
 impl ServerBuilder {
@@ -94,6 +98,10 @@ impl ServerBuilder {
             database_url: database_url.to_owned(),
             extra_args: Vec::new(),
             unset_env: Vec::new(),
+            pipelines: None,
+            instances: None,
+            // Intake alone by default: the intake tests read items as intake left them.
+            workers: 0,
         }
     }
 
@@ -102,9 +110,20 @@ impl ServerBuilder {
         self
     }
 
-    /// A positional argument: pipeline files instead of the shipped `pipelines/`.
-    pub fn command_arg(self, path: PathBuf) -> ServerBuilder {
-        self.arg(path.to_str().expect("UTF-8 path"))
+    /// Pipeline files instead of the shipped `pipelines/`.
+    pub fn pipelines(mut self, path: PathBuf) -> ServerBuilder {
+        self.pipelines = Some(path);
+        self
+    }
+
+    pub fn instances(mut self, path: PathBuf) -> ServerBuilder {
+        self.instances = Some(path);
+        self
+    }
+
+    pub fn workers(mut self, workers: usize) -> ServerBuilder {
+        self.workers = workers;
+        self
     }
 
     pub fn without_env(mut self, name: &'static str) -> ServerBuilder {
@@ -112,51 +131,72 @@ impl ServerBuilder {
         self
     }
 
-    pub fn command(&self) -> Command {
+    fn base_command(&self, subcommand: &str) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_hookgate"));
         command
-            .arg("serve")
+            .arg(subcommand)
             .arg("--database-url")
             .arg(&self.database_url)
-            .args(["--listen", "127.0.0.1:0", "--db-acquire-timeout-ms", "1000"])
-            // Intake alone: these tests read items as intake left them.
-            .args(["--workers", "0"])
-            .args(&self.extra_args)
+            .args(["--db-acquire-timeout-ms", "1000", "--idle-poll-ms", "50"])
+            .arg("--workers")
+            .arg(self.workers.to_string())
             .current_dir(root())
             .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
             .env("STRIPE_WEBHOOK_SECRET", "stripe-e2e-secret")
             .env("STANDARD_WEBHOOKS_SECRET", STANDARD_SECRET)
             .env("CRM_PARTNER_SECRET", PARTNER_SECRET)
+            .env("ORDERS_SECRET", ORDERS_SECRET)
             .env("RUST_LOG", "warn")
             .env_remove("DATABASE_URL");
+        if let Some(instances) = &self.instances {
+            command.arg("--instances").arg(instances);
+        }
+        if let Some(pipelines) = &self.pipelines {
+            command.arg(pipelines);
+        }
+        command.args(&self.extra_args);
         for name in &self.unset_env {
             command.env_remove(name);
         }
         command
     }
 
+    pub fn command(&self) -> Command {
+        let mut command = self.base_command("serve");
+        command.args(["--listen", "127.0.0.1:0"]);
+        command
+    }
+
     /// Starts the server and waits for the line that gives its address.
     pub fn start(&self) -> Server {
-        let mut child = self
-            .command()
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("hookgate starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = lines.next().and_then(Result::ok).unwrap_or_else(|| {
-            let status = child.wait();
-            panic!("hookgate serve exited before listening: {status:?}")
-        });
+        let (child, line) = spawn_and_read_first_line(self.command());
         let address: SocketAddr = line
             .strip_prefix("hookgate listening on http://")
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("unexpected first line: {line}"));
-        // Keep draining stdout so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
         Server { child, address, base: format!("http://{address}") }
     }
+
+    /// Starts `hookgate work`: workers only, no HTTP.
+    pub fn start_workers(&self) -> Child {
+        let (child, line) = spawn_and_read_first_line(self.base_command("work"));
+        assert_eq!(line, "hookgate working");
+        child
+    }
+}
+
+fn spawn_and_read_first_line(mut command: Command) -> (Child, String) {
+    let mut child =
+        command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("hookgate starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = lines.next().and_then(Result::ok).unwrap_or_else(|| {
+        let status = child.wait();
+        panic!("hookgate exited before it was ready: {status:?}")
+    });
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, line)
 }
 
 impl Server {
@@ -214,6 +254,19 @@ impl Delivery {
 
 fn hex_hmac(secret: &str, body: &[u8]) -> String {
     Encoding::Hex.encode(&compute_mac(Algorithm::Sha256, secret.as_bytes(), &[body]))
+}
+
+/// An order for the delivery tests' `orders` pipeline: keyed by `id`, ordered by `seq` per
+/// customer.
+pub fn order(id: &str, customer: &str, seq: u64, status: &str) -> Delivery {
+    let body =
+        format!(r#"{{"id":"{id}","customer":"{customer}","seq":{seq},"status":"{status}"}}"#);
+    let signature = format!("sha256={}", hex_hmac(ORDERS_SECRET, body.as_bytes()));
+    Delivery {
+        pipeline: "orders",
+        headers: vec![("X-Signature".into(), signature)],
+        body: body.into_bytes(),
+    }
 }
 
 /// A patient update for the CRM-partner pipeline (key: SHA-256 of the body).

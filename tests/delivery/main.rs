@@ -1,0 +1,459 @@
+//! Delivery end to end: `hookgate serve` and `hookgate work` as child processes, a real SQLite
+//! file or PostgreSQL database, and the mock CRM with injected faults. Effects are counted in
+//! the mock's own effect log; the evidence is read back from the gateway's database.
+
+// Test helpers panic on a broken setup, which is what a test should do.
+#![allow(clippy::unwrap_used)]
+
+// Shared by every end-to-end test binary; each uses only a part of it.
+#[allow(dead_code)]
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hookgate_connector_mock::{Effect, MockCrm, MockSettings};
+use hookgate_store::Store;
+use reqwest::StatusCode;
+use support::*;
+
+/// A mock CRM for one test: its file, and an instances file naming it `crm`.
+struct Crm {
+    dir: tempfile::TempDir,
+}
+
+impl Crm {
+    /// `idempotency: false` throughout: the engine's guarantees must hold without the CRM's help.
+    fn new(faults: serde_json::Value) -> Crm {
+        let crm = Crm { dir: tempfile::tempdir().unwrap() };
+        crm.write_instances("hookgate.yaml", faults);
+        crm
+    }
+
+    fn mock_path(&self) -> String {
+        self.dir.path().join("crm.sqlite").display().to_string()
+    }
+
+    /// Another instances file on the same mock file, with other faults.
+    fn write_instances(&self, name: &str, faults: serde_json::Value) -> PathBuf {
+        let settings =
+            serde_json::json!({"path": self.mock_path(), "idempotency": false, "faults": faults});
+        let path = self.dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!("connectors:\n  - name: crm\n    kind: mock\n    settings: {settings}\n"),
+        )
+        .unwrap();
+        path
+    }
+
+    fn instances(&self) -> PathBuf {
+        self.dir.path().join("hookgate.yaml")
+    }
+
+    async fn effects(&self) -> Vec<Effect> {
+        let crm = MockCrm::open(MockSettings {
+            path: self.mock_path(),
+            idempotency: false,
+            faults: Default::default(),
+        })
+        .await
+        .unwrap();
+        let effects = crm.effects().await.unwrap();
+        crm.close().await;
+        effects
+    }
+}
+
+fn orders_pipeline() -> PathBuf {
+    root().join("tests/delivery/orders.yaml")
+}
+
+fn server(database: &Database, crm: &Crm) -> ServerBuilder {
+    ServerBuilder::new(database.url())
+        .pipelines(orders_pipeline())
+        .instances(crm.instances())
+        .workers(4)
+}
+
+async fn drained(store: &Store) {
+    let done = eventually(Duration::from_secs(90), || async {
+        store.unfinished_items().await.unwrap() == 0
+    })
+    .await;
+    assert!(done, "writes still pending after 90 s");
+}
+
+async fn accept(client: &reqwest::Client, server: &Server, delivery: &Delivery) -> i64 {
+    let response = delivery.send(client, server).await;
+    assert!(response.status().is_success(), "{}", response.status());
+    let body: serde_json::Value = response.json().await.unwrap();
+    body["event_id"].as_i64().unwrap()
+}
+
+fn outcomes(attempts: &[hookgate_store::AttemptRecord]) -> Vec<String> {
+    attempts.iter().map(|a| a.outcome.clone().unwrap_or_else(|| "(unfinished)".into())).collect()
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_until_success() {
+    for database in Database::both().await {
+        let crm = Crm::new(serde_json::json!({"fail_first_calls": 2}));
+        let server = server(&database, &crm).start();
+        let store = database.store().await;
+        let client = reqwest::Client::new();
+        let event = accept(&client, &server, &order("o-1", "C-1", 1, "paid")).await;
+        drained(&store).await;
+
+        let item = &store.outbox_for(event).await.unwrap()[0];
+        assert_eq!((item.state.as_str(), item.attempts), ("done", 3), "{}", database.name());
+        assert_eq!(store.event(event).await.unwrap().unwrap().state, "done");
+        let attempts = store.attempts_for(event).await.unwrap();
+        assert_eq!(outcomes(&attempts), ["retryable", "retryable", "created"]);
+        assert_eq!(
+            attempts.iter().map(|a| a.status).collect::<Vec<_>>(),
+            [Some(503), Some(503), Some(201)]
+        );
+        assert!(
+            attempts[0].excerpt.as_deref().unwrap().contains("SERVER_UNAVAILABLE"),
+            "the CRM's answer is kept"
+        );
+        assert_eq!(crm.effects().await.len(), 1);
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_rate_limit_retry_after_is_honoured() {
+    for database in Database::both().await {
+        let crm =
+            Crm::new(serde_json::json!({"rate_limit_first_calls": 1, "retry_after_ms": 1500}));
+        let server = server(&database, &crm).start();
+        let store = database.store().await;
+        let event = accept(&reqwest::Client::new(), &server, &order("o-1", "C-1", 1, "paid")).await;
+        drained(&store).await;
+        let attempts = store.attempts_for(event).await.unwrap();
+        assert_eq!(outcomes(&attempts), ["rate_limited", "created"], "{}", database.name());
+        let waited = attempts[1].started_at_ms - attempts[0].finished_at_ms.unwrap();
+        // The pipeline's backoff alone would retry after about 100 ms.
+        assert!(waited >= 1500, "retried {waited} ms after a 1500 ms retry-after");
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn rejections_and_exhausted_attempts_are_dead_lettered_and_can_be_replayed() {
+    for database in Database::both().await {
+        let backend = database.name();
+        let crm = Crm::new(serde_json::json!({"reject_external_ids": ["C-bad"]}));
+        let mut server = server(&database, &crm).start();
+        let store = database.store().await;
+        let client = reqwest::Client::new();
+        let rejected = accept(&client, &server, &order("o-1", "C-bad", 1, "paid")).await;
+        let fine = accept(&client, &server, &order("o-2", "C-good", 1, "paid")).await;
+        drained(&store).await;
+
+        let item = &store.outbox_for(rejected).await.unwrap()[0];
+        assert_eq!(
+            (item.state.as_str(), item.attempts),
+            ("dead", 1),
+            "{backend}: a rejection is not retried"
+        );
+        assert!(
+            item.last_error.as_deref().unwrap().starts_with("rejected: validation rule"),
+            "{:?}",
+            item.last_error
+        );
+        assert_eq!(store.event(rejected).await.unwrap().unwrap().state, "dead");
+        assert_eq!(store.event(fine).await.unwrap().unwrap().state, "done");
+        server.kill();
+
+        // A CRM that fails every call: attempts run out.
+        let failing = crm.write_instances("failing.yaml", serde_json::json!({"failure_rate": 1.0}));
+        let server = ServerBuilder::new(database.url())
+            .pipelines(orders_pipeline())
+            .instances(failing.clone())
+            .workers(4)
+            .start();
+        let exhausted = accept(&client, &server, &order("o-3", "C-3", 1, "paid")).await;
+        drained(&store).await;
+        let item = &store.outbox_for(exhausted).await.unwrap()[0];
+        assert_eq!(
+            (item.state.as_str(), item.attempts),
+            ("dead", 4),
+            "{backend}: attempts_max is 4"
+        );
+        assert!(
+            item.last_error.as_deref().unwrap().starts_with("attempts exhausted (4): retryable"),
+            "{:?}",
+            item.last_error
+        );
+        drop(server);
+
+        // Replay from the command line, against a CRM that works again.
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["events", "--database-url", database.url(), "replay", "--dead"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert!(String::from_utf8_lossy(&output.stdout).contains("2 dead writes queued again"));
+        let healthy = crm.write_instances("healthy.yaml", serde_json::json!({}));
+        let worker = ServerBuilder::new(database.url())
+            .pipelines(orders_pipeline())
+            .instances(healthy)
+            .workers(2)
+            .start_workers();
+        drained(&store).await;
+        assert_eq!(store.outbox_for(exhausted).await.unwrap()[0].state, "done", "{backend}");
+        assert_eq!(
+            store.event(rejected).await.unwrap().unwrap().state,
+            "done",
+            "the rule is gone from this CRM"
+        );
+
+        // The whole story, as an operator reads it.
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["events", "--database-url", database.url(), "show", &exhausted.to_string()])
+            .output()
+            .unwrap();
+        let story = String::from_utf8_lossy(&output.stdout);
+        for expected in [
+            "state done",
+            "attempts exhausted (4)",
+            "replay_requested",
+            "status 503",
+            "by operator",
+            "created",
+        ] {
+            assert!(story.contains(expected), "{backend}: `{expected}` missing from\n{story}");
+        }
+        let mut worker = worker;
+        let _ = worker.kill();
+        let _ = worker.wait();
+        store.close().await;
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_lost_response_is_reconciled_without_a_second_write() {
+    for database in Database::both().await {
+        let crm = Crm::new(serde_json::json!({"lost_response_rate": 1.0}));
+        let server = server(&database, &crm).start();
+        let store = database.store().await;
+        let event = accept(&reqwest::Client::new(), &server, &order("o-1", "C-1", 1, "paid")).await;
+        drained(&store).await;
+        let item = &store.outbox_for(event).await.unwrap()[0];
+        assert_eq!((item.state.as_str(), item.attempts), ("done", 1), "{}", database.name());
+        let attempts = store.attempts_for(event).await.unwrap();
+        assert_eq!(outcomes(&attempts), ["reconciled"]);
+        assert_eq!(attempts[0].action.as_deref(), Some("upsert+lookup"));
+        assert_eq!(crm.effects().await.len(), 1, "the lookup saw the write; it was not repeated");
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn the_newer_version_wins_and_the_older_is_skipped_stale() {
+    for database in Database::both().await {
+        let crm = Crm::new(serde_json::json!({}));
+        let server = server(&database, &crm).start();
+        let store = database.store().await;
+        let client = reqwest::Client::new();
+        let newer = accept(&client, &server, &order("o-2", "C-1", 2, "shipped")).await;
+        drained(&store).await;
+        let older = accept(&client, &server, &order("o-1", "C-1", 1, "paid")).await;
+        drained(&store).await;
+
+        assert_eq!(store.outbox_for(newer).await.unwrap()[0].state, "done");
+        let stale = &store.outbox_for(older).await.unwrap()[0];
+        assert_eq!(stale.state, "skipped_stale", "{}", database.name());
+        assert!(
+            stale.last_error.as_deref().unwrap().contains("is not newer than"),
+            "evidence: {:?}",
+            stale.last_error
+        );
+        let effects = crm.effects().await;
+        assert_eq!(effects.len(), 1, "the older version is never written");
+        assert_eq!(effects[0].fields["status"], "shipped");
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_call_is_taken_over_after_its_lease_and_the_effect_happens_once() {
+    for database in Database::both().await {
+        let backend = database.name();
+        // The CRM applies the write, then takes 20 s to answer: the worker dies in between.
+        let crm = Crm::new(serde_json::json!({"latency_after_write_ms": 20_000}));
+        let mut first = server(&database, &crm)
+            .workers(1)
+            .arg("--lease-ms")
+            .arg("3000")
+            .arg("--call-timeout-ms")
+            .arg("2500")
+            .start();
+        let store = database.store().await;
+        let event = accept(&reqwest::Client::new(), &first, &order("o-1", "C-1", 1, "paid")).await;
+        let applied =
+            eventually(Duration::from_secs(20), || async { crm.effects().await.len() == 1 }).await;
+        assert!(applied, "{backend}: the write never reached the CRM");
+        first.kill();
+        assert_eq!(
+            store.outbox_for(event).await.unwrap()[0].state,
+            "in_flight",
+            "{backend}: killed mid-call"
+        );
+
+        // Another worker process, on a CRM that answers at once, takes over when the lease ends.
+        let fast = crm.write_instances("fast.yaml", serde_json::json!({}));
+        let mut second = ServerBuilder::new(database.url())
+            .pipelines(orders_pipeline())
+            .instances(fast)
+            .workers(1)
+            .arg("--lease-ms")
+            .arg("3000")
+            .arg("--call-timeout-ms")
+            .arg("2500")
+            .start_workers();
+        drained(&store).await;
+        let item = &store.outbox_for(event).await.unwrap()[0];
+        assert_eq!((item.state.as_str(), item.attempts), ("done", 2), "{backend}");
+        let attempts = store.attempts_for(event).await.unwrap();
+        assert_eq!(outcomes(&attempts), ["(unfinished)", "reconciled"], "{backend}");
+        assert_ne!(attempts[0].worker, attempts[1].worker, "another worker completed it");
+        assert_eq!(crm.effects().await.len(), 1, "{backend}: exactly one effect");
+        let _ = second.kill();
+        let _ = second.wait();
+        store.close().await;
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_a_thousand_events_a_flaky_crm_one_effect_each_in_version_order() {
+    const ENTITIES: usize = 100;
+    const VERSIONS: u64 = 10;
+    let database = Database::postgres().await;
+    let crm = Crm::new(serde_json::json!({"failure_rate": 0.2, "seed": 11}));
+    // With 4 attempts, 0.2^4 of the items (about 1.6 in 1000) would be dead-lettered; this test
+    // is about one effect per event, so give each item 12 attempts (0.2^12 * 1000 = 4e-6).
+    let shipped = std::fs::read_to_string(orders_pipeline()).unwrap();
+    let pipeline = crm.dir.path().join("orders.yaml");
+    std::fs::write(&pipeline, shipped.replace("attempts_max: 4", "attempts_max: 12")).unwrap();
+    let a = server(&database, &crm).pipelines(pipeline.clone()).workers(8).start();
+    let b = server(&database, &crm).pipelines(pipeline).workers(8).start();
+    let store = database.store().await;
+    let client = reqwest::Client::new();
+
+    // One stream per entity sends its versions in order, each event 1 to 3 times, alternating
+    // between the two processes; the streams run concurrently.
+    let urls = [a.url("/hooks/orders"), b.url("/hooks/orders")];
+    let streams: Vec<_> = (0..ENTITIES)
+        .map(|entity| {
+            let (client, urls) = (client.clone(), urls.clone());
+            tokio::spawn(async move {
+                let mut answers = BTreeMap::new();
+                for seq in 1..=VERSIONS {
+                    let delivery = order(
+                        &format!("o-{entity}-{seq}"),
+                        &format!("C-{entity}"),
+                        seq,
+                        &format!("s{seq}"),
+                    );
+                    let copies = 1 + (entity + seq as usize) % 3;
+                    for copy in 0..copies {
+                        let mut request =
+                            client.post(&urls[(entity + copy) % 2]).body(delivery.body.clone());
+                        for (name, value) in &delivery.headers {
+                            request = request.header(name, value);
+                        }
+                        let status = request.send().await.unwrap().status();
+                        *answers.entry(status.as_u16()).or_insert(0usize) += 1;
+                    }
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut answers: BTreeMap<u16, usize> = BTreeMap::new();
+    for stream in streams {
+        for (status, count) in stream.await.unwrap() {
+            *answers.entry(status).or_default() += count;
+        }
+    }
+    assert_eq!(
+        answers.get(&StatusCode::ACCEPTED.as_u16()),
+        Some(&(ENTITIES * VERSIONS as usize)),
+        "{answers:?}"
+    );
+    drained(&store).await;
+
+    let events = store.events("orders").await.unwrap();
+    assert_eq!(events.len(), 1000);
+    assert!(events.iter().all(|e| e.state == "done"), "every event done");
+    let effects = crm.effects().await;
+    let mut per_key: BTreeMap<&str, usize> = BTreeMap::new();
+    for effect in &effects {
+        *per_key.entry(&effect.idempotency_key).or_default() += 1;
+    }
+    assert_eq!(per_key.len(), 1000, "every event had an effect");
+    assert!(per_key.values().all(|n| *n == 1), "no event had two effects");
+    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+    for effect in &effects {
+        let seq: u64 = effect.fields["seq"].parse().unwrap();
+        let previous = last.insert(&effect.external_id_value, seq).unwrap_or(0);
+        assert!(
+            seq > previous,
+            "{}: version {seq} written after {previous}",
+            effect.external_id_value
+        );
+    }
+    // The CRM did fail about a fifth of the calls, and each failure was retried.
+    let mut failed = 0;
+    for event in &events {
+        failed += store
+            .attempts_for(event.id)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|a| a.outcome.as_deref() == Some("retryable"))
+            .count();
+    }
+    assert!((100..600).contains(&failed), "{failed} failed calls out of about 1250");
+    store.close().await;
+    drop((a, b));
+    database.cleanup().await;
+}
+
+#[test]
+fn the_demo_shows_one_effect_per_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["demo", "--dir"])
+        .arg(dir.path())
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}\n{}", String::from_utf8_lossy(&output.stderr));
+    for expected in [
+        "the same delivery, retried         -> 200 duplicate (event 1)",
+        "the same id with other content     -> 409 conflict (event 1)",
+        "a forged signature                 -> 401 unauthorized",
+        "skipped_stale",
+        "Every write that was done had exactly one CRM effect",
+    ] {
+        assert!(text.contains(expected), "`{expected}` missing from\n{text}");
+    }
+}
