@@ -217,6 +217,29 @@ async fn rejections_and_exhausted_attempts_are_dead_lettered_and_can_be_replayed
             "the rule is gone from this CRM"
         );
 
+        // Listing, filtered by pipeline and state.
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args([
+                "events",
+                "--database-url",
+                database.url(),
+                "list",
+                "--pipeline",
+                "orders",
+                "--state",
+                "done",
+                "--since",
+                "1h",
+            ])
+            .output()
+            .unwrap();
+        let listing = String::from_utf8_lossy(&output.stdout);
+        assert!(listing.ends_with("3 events\n"), "{backend}: {listing}");
+        assert!(
+            listing.contains("  orders              done                 1  o-3\n"),
+            "{backend}: {listing}"
+        );
+
         // The whole story, as an operator reads it.
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
             .args(["events", "--database-url", database.url(), "show", &exhausted.to_string()])
@@ -255,6 +278,29 @@ async fn a_lost_response_is_reconciled_without_a_second_write() {
         assert_eq!(outcomes(&attempts), ["reconciled"]);
         assert_eq!(attempts[0].action.as_deref(), Some("upsert+lookup"));
         assert_eq!(crm.effects().await.len(), 1, "the lookup saw the write; it was not repeated");
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_call_that_times_out_is_treated_as_unknown_and_reconciled() {
+    for database in Database::both().await {
+        // The CRM applies the write and answers after 3 s; the worker gives up after 1 s.
+        let crm = Crm::new(serde_json::json!({"latency_after_write_ms": 3000}));
+        let server = server(&database, &crm).arg("--call-timeout-ms").arg("1000").start();
+        let store = database.store().await;
+        let event = accept(&reqwest::Client::new(), &server, &order("o-1", "C-1", 1, "paid")).await;
+        drained(&store).await;
+        let attempts = store.attempts_for(event).await.unwrap();
+        assert_eq!(outcomes(&attempts), ["reconciled"], "{}", database.name());
+        assert!(
+            attempts[0].error.as_deref().unwrap().contains("no answer within 1s"),
+            "{:?}",
+            attempts[0].error
+        );
+        assert_eq!(crm.effects().await.len(), 1);
         store.close().await;
         drop(server);
         database.cleanup().await;
