@@ -74,6 +74,12 @@ pub struct Faults {
     /// The first this-many write calls of this process are answered 429 with `retry_after_ms`.
     #[serde(default)]
     pub rate_limit_first_calls: u64,
+    /// Calls rejected as invalid before any write, as a validation rule would.
+    #[serde(default)]
+    pub reject_rate: f64,
+    /// Calls refused for bad credentials before any write (a 401 that no refresh fixes).
+    #[serde(default)]
+    pub misconfigured_rate: f64,
     /// External id values that are always rejected, as a validation rule would.
     #[serde(default)]
     pub reject_external_ids: Vec<String>,
@@ -171,6 +177,8 @@ impl MockCrm {
             ("failure_rate", settings.faults.failure_rate),
             ("rate_limit_rate", settings.faults.rate_limit_rate),
             ("lost_response_rate", settings.faults.lost_response_rate),
+            ("reject_rate", settings.faults.reject_rate),
+            ("misconfigured_rate", settings.faults.misconfigured_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 return Err(MockError::Settings(format!(
@@ -212,7 +220,15 @@ impl MockCrm {
     fn faults_before_write(&self, external_id: &str) -> Result<(), ConnectorError> {
         let faults = &self.settings.faults;
         let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if faults.reject_external_ids.iter().any(|id| id == external_id) {
+        if self.roll(faults.misconfigured_rate) {
+            return Err(ConnectorError::Misconfigured {
+                message: "invalid credentials".into(),
+                answer: Answer::with_excerpt(Some(401), r#"{"error":"INVALID_SESSION_ID"}"#),
+            });
+        }
+        if faults.reject_external_ids.iter().any(|id| id == external_id)
+            || self.roll(faults.reject_rate)
+        {
             return Err(ConnectorError::Rejected {
                 message: format!("validation rule: external id `{external_id}` is not accepted"),
                 answer: Answer::with_excerpt(
@@ -514,3 +530,50 @@ impl Connector for MockCrm {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod conformance {
+    use std::sync::Arc;
+
+    use hookgate_connector::conformance::{self, Fault, Harness};
+    use hookgate_connector::{BoxFuture, Connector};
+
+    use super::*;
+
+    struct MockHarness {
+        dir: tempfile::TempDir,
+    }
+
+    impl Harness for MockHarness {
+        fn connector(&self, fault: Option<Fault>) -> BoxFuture<'_, Arc<dyn Connector>> {
+            Box::pin(async move {
+                let mut faults = Faults::default();
+                match fault {
+                    None => {}
+                    Some(Fault::Unavailable) => faults.failure_rate = 1.0,
+                    Some(Fault::RateLimited) => faults.rate_limit_rate = 1.0,
+                    Some(Fault::Invalid) => faults.reject_rate = 1.0,
+                    Some(Fault::LostResponse) => faults.lost_response_rate = 1.0,
+                    Some(Fault::BadCredentials) => faults.misconfigured_rate = 1.0,
+                }
+                let path = self.dir.path().join("crm.db").display().to_string();
+                let mock =
+                    MockCrm::open(MockSettings { path, idempotency: true, faults }).await.unwrap();
+                Arc::new(mock) as Arc<dyn Connector>
+            })
+        }
+
+        fn object(&self) -> (&str, &str) {
+            ("contacts", "external_id")
+        }
+
+        fn field(&self) -> &str {
+            "name"
+        }
+    }
+
+    #[tokio::test]
+    async fn the_mock_passes_the_conformance_suite() {
+        conformance::run(&MockHarness { dir: tempfile::tempdir().unwrap() }).await;
+    }
+}

@@ -38,6 +38,48 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Bytes of a CRM answer kept as evidence with each attempt.
 pub const EXCERPT_BYTES_MAX: usize = 2048;
 
+/// A credential. `Debug` never shows it, so it cannot leak through a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value. Named loudly so every use is easy to audit.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Credentials of an instance by name (`client_secret`, `token`), resolved from references.
+pub type Credentials = BTreeMap<String, Secret>;
+
+/// A connector's settings and credentials could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Deserializes an instance's `settings` into a connector's settings type.
+pub fn settings<T: serde::de::DeserializeOwned>(
+    settings: &BTreeMap<String, serde_json::Value>,
+) -> Result<T, ConfigError> {
+    let object = serde_json::Value::Object(settings.clone().into_iter().collect());
+    serde_json::from_value(object).map_err(|e| ConfigError(format!("settings: {e}")))
+}
+
+/// A required credential.
+pub fn credential<'a>(credentials: &'a Credentials, name: &str) -> Result<&'a Secret, ConfigError> {
+    credentials.get(name).ok_or_else(|| ConfigError(format!("credentials: `{name}` is required")))
+}
+
 /// Whether a write may create a record.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -67,6 +109,9 @@ pub struct LookupRequest {
     pub object: String,
     pub external_id_field: String,
     pub external_id_value: String,
+    /// The fields whose current values the caller needs (CRMs such as HubSpot return only
+    /// the properties asked for).
+    pub fields: Vec<String>,
 }
 
 impl From<&UpsertRequest> for LookupRequest {
@@ -75,6 +120,7 @@ impl From<&UpsertRequest> for LookupRequest {
             object: request.object.clone(),
             external_id_field: request.external_id_field.clone(),
             external_id_value: request.external_id_value.clone(),
+            fields: request.fields.keys().cloned().collect(),
         }
     }
 }
@@ -191,6 +237,8 @@ impl ConnectorError {
         }
     }
 }
+
+pub mod conformance;
 
 /// A CRM connector instance. Shared between workers: methods take `&self`.
 pub trait Connector: Send + Sync + std::fmt::Debug {

@@ -1,0 +1,159 @@
+//! The conformance suite every connector must pass: the mock, Salesforce and HubSpot against
+//! their fakes, and plugins. A connector's author runs it with one line:
+//!
+//! ```text
+//! hookgate_connector::conformance::run(&MyHarness::new().await).await;
+//! ```
+//!
+//! The [`Harness`] builds a connector against a CRM (real or fake) in a given [`Fault`] mode;
+//! the suite checks upsert semantics (create then update gives one record, a repeat creates
+//! nothing, lookup finds what upsert wrote) and that every documented failure maps to its
+//! error class. It panics with a message naming the broken rule.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::{
+    BoxFuture, Connector, ConnectorError, LookupOutcome, LookupRequest, Operation, UpsertRequest,
+};
+
+/// A failure the CRM can be made to produce, and the class it must map to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// A transient server failure (5xx): `retryable`.
+    Unavailable,
+    /// Too many requests: `rate_limited`.
+    RateLimited,
+    /// A validation failure for the request: `rejected`.
+    Invalid,
+    /// The write applied, the answer lost: `ambiguous`.
+    LostResponse,
+    /// Bad credentials that cannot be refreshed: `misconfigured`.
+    BadCredentials,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 5] = [
+        Fault::Unavailable,
+        Fault::RateLimited,
+        Fault::Invalid,
+        Fault::LostResponse,
+        Fault::BadCredentials,
+    ];
+
+    pub fn expected_class(self) -> &'static str {
+        match self {
+            Fault::Unavailable => "retryable",
+            Fault::RateLimited => "rate_limited",
+            Fault::Invalid => "rejected",
+            Fault::LostResponse => "ambiguous",
+            Fault::BadCredentials => "misconfigured",
+        }
+    }
+}
+
+/// What the suite needs from a connector's test setup.
+pub trait Harness: Send + Sync {
+    /// A connector against a CRM that behaves normally (`None`) or produces `fault` on the
+    /// next write. Each call may return a fresh connector; records persist across calls.
+    fn connector(&self, fault: Option<Fault>) -> BoxFuture<'_, Arc<dyn Connector>>;
+    /// An object type and external-id field the CRM accepts.
+    fn object(&self) -> (&str, &str);
+    /// A field name the CRM accepts on that object.
+    fn field(&self) -> &str;
+}
+
+fn request(harness: &dyn Harness, external_id: &str, value: &str, key: &str) -> UpsertRequest {
+    let (object, id_field) = harness.object();
+    UpsertRequest {
+        object: object.to_owned(),
+        external_id_field: id_field.to_owned(),
+        external_id_value: external_id.to_owned(),
+        fields: BTreeMap::from([(harness.field().to_owned(), value.to_owned())]),
+        operation: Operation::Upsert,
+        idempotency_key: key.to_owned(),
+    }
+}
+
+/// Runs every check.
+pub async fn run(harness: &dyn Harness) {
+    upsert_semantics(harness).await;
+    for fault in Fault::ALL {
+        fault_maps_to_its_class(harness, fault).await;
+    }
+}
+
+async fn lookup(connector: &dyn Connector, request: &UpsertRequest) -> LookupOutcome {
+    connector
+        .lookup(&LookupRequest::from(request))
+        .await
+        .unwrap_or_else(|e| panic!("lookup of {} failed: {e}", request.external_id_value))
+}
+
+/// Create then update one external id gives one record; a repeat creates nothing new; lookup
+/// finds what upsert wrote, and nothing for an unknown id.
+pub async fn upsert_semantics(harness: &dyn Harness) {
+    let connector = harness.connector(None).await;
+    let external_id = format!("conformance-{:08x}", std::process::id() ^ 0x5eed);
+    let create = request(harness, &external_id, "first", "conformance-1");
+    let created = connector.upsert(&create).await.unwrap_or_else(|e| panic!("create failed: {e}"));
+    assert!(created.created, "the first upsert of an external id must create a record");
+    assert!(!created.record_id.is_empty(), "an upsert must return the CRM's record id");
+
+    let update = request(harness, &external_id, "second", "conformance-2");
+    let updated = connector.upsert(&update).await.unwrap_or_else(|e| panic!("update failed: {e}"));
+    assert!(!updated.created, "a second upsert of the same external id must update, not create");
+    assert_eq!(updated.record_id, created.record_id, "create then update must be one record");
+
+    let repeated = connector.upsert(&update).await.unwrap_or_else(|e| panic!("repeat failed: {e}"));
+    assert!(!repeated.created, "repeating an upsert must not create a record");
+    assert_eq!(
+        repeated.record_id, created.record_id,
+        "repeating an upsert must not create a record"
+    );
+
+    match lookup(connector.as_ref(), &update).await {
+        LookupOutcome::Found { record_id, fields, .. } => {
+            assert_eq!(record_id, created.record_id, "lookup must find the record upsert wrote");
+            assert_eq!(
+                fields.get(harness.field()).map(String::as_str),
+                Some("second"),
+                "lookup must return the written value"
+            );
+        }
+        LookupOutcome::NotFound { .. } => panic!("lookup must find what upsert wrote"),
+    }
+    let unknown = request(harness, &format!("{external_id}-unknown"), "x", "conformance-3");
+    assert!(
+        matches!(lookup(connector.as_ref(), &unknown).await, LookupOutcome::NotFound { .. }),
+        "lookup of an unknown external id must find nothing"
+    );
+}
+
+/// The fault produces the documented error class, and (except a lost response) writes nothing.
+pub async fn fault_maps_to_its_class(harness: &dyn Harness, fault: Fault) {
+    let connector = harness.connector(Some(fault)).await;
+    let external_id = format!("conformance-fault-{fault:?}-{:08x}", std::process::id());
+    let write = request(harness, &external_id, "value", &format!("conformance-{fault:?}"));
+    let error: ConnectorError = match connector.upsert(&write).await {
+        Ok(outcome) => panic!("{fault:?} must fail, but the upsert succeeded: {outcome:?}"),
+        Err(error) => error,
+    };
+    assert_eq!(
+        error.class(),
+        fault.expected_class(),
+        "{fault:?} must map to `{}`: {error}",
+        fault.expected_class()
+    );
+    let healthy = harness.connector(None).await;
+    let found = lookup(healthy.as_ref(), &write).await;
+    match fault {
+        Fault::LostResponse => {
+            assert!(
+                matches!(found, LookupOutcome::Found { .. }),
+                "a lost response is a write that was applied"
+            )
+        }
+        _ => assert!(matches!(found, LookupOutcome::NotFound { .. }), "{fault:?} must not write"),
+    }
+}

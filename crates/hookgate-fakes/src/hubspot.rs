@@ -1,0 +1,501 @@
+//! A fake HubSpot CRM v3 objects API.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::Running;
+
+pub const TOKEN: &str = "pat-na1-fake-token";
+/// The rolling window of the rate limit.
+pub const WINDOW: Duration = Duration::from_secs(10);
+
+/// A one-shot failure served to the next write instead of its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// A 5xx with HubSpot's error body.
+    ServerError(u16),
+    /// 400 `VALIDATION_ERROR` for a property value.
+    Validation,
+    /// Apply the write, then answer only after this delay.
+    LostResponse(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub id: u64,
+    pub object: String,
+    pub properties: BTreeMap<String, String>,
+    pub updated: Instant,
+}
+
+#[derive(Debug)]
+pub struct HubSpotState {
+    pub token: String,
+    /// The token has the scopes it needs; `false` answers 403 `MISSING_SCOPES`.
+    pub scopes_granted: bool,
+    /// Properties with unique values, per object type: the only valid `idProperty`s.
+    pub unique_properties: HashMap<String, HashSet<String>>,
+    /// Properties nobody may write.
+    pub read_only: HashSet<String>,
+    pub records: Vec<Record>,
+    /// Requests allowed per [`WINDOW`] per token.
+    pub max_per_window: usize,
+    /// Whether a 429 carries `Retry-After` (not confirmed in HubSpot's docs).
+    pub retry_after_on_429: bool,
+    window: VecDeque<Instant>,
+    /// How long a created or updated record stays invisible to search.
+    pub search_lag: Duration,
+    pub faults: VecDeque<Fault>,
+    /// Every write applied: (object, id property value).
+    pub writes: Vec<(String, String)>,
+    next_id: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeHubSpot {
+    pub state: Arc<Mutex<HubSpotState>>,
+    pub base_url: String,
+    /// Held so the server stops when the last clone is dropped.
+    _server: Arc<Running>,
+}
+
+impl FakeHubSpot {
+    pub async fn start() -> FakeHubSpot {
+        let (listener, base_url) = crate::bind().await;
+        let state = Arc::new(Mutex::new(HubSpotState {
+            token: TOKEN.into(),
+            scopes_granted: true,
+            unique_properties: HashMap::from([
+                (
+                    "contacts".to_owned(),
+                    HashSet::from(["email".to_owned(), "external_id".to_owned()]),
+                ),
+                ("companies".to_owned(), HashSet::from(["external_id".to_owned()])),
+            ]),
+            read_only: ["hs_object_id", "createdate", "lastmodifieddate"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            records: Vec::new(),
+            max_per_window: 100,
+            retry_after_on_429: false,
+            window: VecDeque::new(),
+            search_lag: Duration::ZERO,
+            faults: VecDeque::new(),
+            writes: Vec::new(),
+            next_id: 500,
+        }));
+        let router = Router::new()
+            .route("/crm/v3/objects/{object}/batch/upsert", post(batch_upsert))
+            .route("/crm/v3/objects/{object}/search", post(search))
+            .route("/crm/v3/objects/{object}/{id}", get(read).patch(update))
+            .with_state(Arc::clone(&state));
+        let running = crate::spawn(listener, base_url.clone(), router);
+        FakeHubSpot { state, base_url, _server: Arc::new(running) }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, HubSpotState> {
+        self.state.lock().expect("the fake's lock is never poisoned")
+    }
+
+    pub fn push_fault(&self, fault: Fault) {
+        self.lock().faults.push_back(fault);
+    }
+
+    pub fn records(&self, object: &str) -> Vec<Record> {
+        self.lock().records.iter().filter(|r| r.object == object).cloned().collect()
+    }
+
+    pub fn writes(&self) -> Vec<(String, String)> {
+        self.lock().writes.clone()
+    }
+}
+
+fn error(status: StatusCode, category: &str, message: &str) -> Response {
+    let body = json!({
+        "status": "error",
+        "message": message,
+        "correlationId": "aaaaaaaa-0000-4000-8000-000000000000",
+        "category": category,
+    });
+    (status, Json(body)).into_response()
+}
+
+/// Auth, scopes and the rate-limit window; returns the rate-limit headers for the answer.
+fn admit(
+    state: &mut HubSpotState,
+    headers: &HeaderMap,
+) -> Result<Vec<(&'static str, String)>, Response> {
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if token != state.token {
+        let mut response = error(
+            StatusCode::UNAUTHORIZED,
+            "INVALID_AUTHENTICATION",
+            "Authentication credentials not found. This API supports OAuth 2.0 authentication and you can find more details at https://developers.hubspot.com/docs/methods/auth/oauth-overview",
+        );
+        response
+            .headers_mut()
+            .insert("x-hubspot-auth-failure", HeaderValue::from_static("401 Unauthorized"));
+        return Err(response);
+    }
+    if !state.scopes_granted {
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            "MISSING_SCOPES",
+            "This app hasn't been granted all required scopes to make this call. Read more about required scopes here: https://developers.hubspot.com/scopes.",
+        ));
+    }
+    let now = Instant::now();
+    while state.window.front().is_some_and(|t| now.duration_since(*t) >= WINDOW) {
+        state.window.pop_front();
+    }
+    let remaining = state.max_per_window.saturating_sub(state.window.len());
+    let limits = |remaining: usize| {
+        vec![
+            ("x-hubspot-ratelimit-max", state.max_per_window.to_string()),
+            ("x-hubspot-ratelimit-remaining", remaining.to_string()),
+            ("x-hubspot-ratelimit-interval-milliseconds", WINDOW.as_millis().to_string()),
+        ]
+    };
+    if remaining == 0 {
+        let body = json!({
+            "status": "error",
+            "message": "You have reached your ten_secondly_rolling limit.",
+            "errorType": "RATE_LIMIT",
+            "correlationId": "bbbbbbbb-0000-4000-8000-000000000000",
+            "policyName": "TEN_SECONDLY_ROLLING",
+            "category": "RATE_LIMITS",
+        });
+        let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+        for (name, value) in limits(0) {
+            response.headers_mut().insert(name, HeaderValue::from_str(&value).expect("ascii"));
+        }
+        if state.retry_after_on_429 {
+            let oldest = state.window.front().copied().unwrap_or(now);
+            let wait = WINDOW.saturating_sub(now.duration_since(oldest)).as_secs().max(1);
+            response.headers_mut().insert("retry-after", HeaderValue::from(wait));
+        }
+        return Err(response);
+    }
+    state.window.push_back(now);
+    Ok(limits(remaining - 1))
+}
+
+fn with_headers(mut response: Response, headers: &[(&'static str, String)]) -> Response {
+    for (name, value) in headers {
+        response.headers_mut().insert(*name, HeaderValue::from_str(value).expect("ascii"));
+    }
+    response
+}
+
+fn record_json(record: &Record, new: Option<bool>) -> Value {
+    let mut body = json!({
+        "id": record.id.to_string(),
+        "properties": record.properties,
+        "createdAt": "2026-01-01T00:00:00Z",
+        "updatedAt": "2026-01-01T00:00:00Z",
+        "archived": false,
+    });
+    if let Some(new) = new {
+        body["new"] = json!(new);
+    }
+    body
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchInput {
+    #[serde(rename = "idProperty")]
+    id_property: String,
+    id: String,
+    properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Batch {
+    inputs: Vec<BatchInput>,
+}
+
+/// Applies one fault, if queued: an answer to send now, or a delay to answer after.
+fn take_fault(state: &mut HubSpotState) -> Result<Option<Duration>, Response> {
+    match state.faults.pop_front() {
+        None => Ok(None),
+        Some(Fault::ServerError(status)) => Err(error(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            "INTERNAL_ERROR",
+            "internal error",
+        )),
+        Some(Fault::Validation) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "VALIDATION_ERROR",
+            "Property values were not valid",
+        )),
+        Some(Fault::LostResponse(delay)) => Ok(Some(delay)),
+    }
+}
+
+fn check_properties(
+    state: &HubSpotState,
+    properties: &BTreeMap<String, String>,
+) -> Result<(), Response> {
+    if let Some(name) = properties.keys().find(|p| state.read_only.contains(*p)) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "VALIDATION_ERROR",
+            &format!(
+                "Property values were not valid: \"{name}\" is a read only property; its value cannot be set."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn batch_upsert(
+    State(shared): State<Arc<Mutex<HubSpotState>>>,
+    Path(object): Path<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let (response, delay) = {
+        let mut state = shared.lock().expect("lock");
+        let limits = match admit(&mut state, &headers) {
+            Ok(limits) => limits,
+            Err(response) => return response,
+        };
+        let delay = match take_fault(&mut state) {
+            Ok(delay) => delay,
+            Err(response) => return with_headers(response, &limits),
+        };
+        let Ok(batch) = serde_json::from_str::<Batch>(&body) else {
+            return with_headers(
+                error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", "Invalid input JSON"),
+                &limits,
+            );
+        };
+        if batch.inputs.len() > 100 {
+            return with_headers(
+                error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", "Batch size exceeds 100 inputs"),
+                &limits,
+            );
+        }
+        let ids: HashSet<(&str, &str)> =
+            batch.inputs.iter().map(|i| (i.id_property.as_str(), i.id.as_str())).collect();
+        if ids.len() != batch.inputs.len() {
+            return with_headers(
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "VALIDATION_ERROR",
+                    "Duplicate IDs found in batch input",
+                ),
+                &limits,
+            );
+        }
+        let mut results = Vec::new();
+        for input in &batch.inputs {
+            let unique = state
+                .unique_properties
+                .get(&object)
+                .is_some_and(|u| u.contains(&input.id_property));
+            if !unique {
+                let type_id = if object == "contacts" { "0-1" } else { "0-2" };
+                let message = format!(
+                    "Unable to perform update/upsert by non-unique {type_id} property {} in portal ID 21939747",
+                    input.id_property
+                );
+                return with_headers(
+                    error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", &message),
+                    &limits,
+                );
+            }
+            if let Err(response) = check_properties(&state, &input.properties) {
+                return with_headers(response, &limits);
+            }
+        }
+        for input in batch.inputs {
+            let existing = state.records.iter().position(|r| {
+                r.object == object && r.properties.get(&input.id_property) == Some(&input.id)
+            });
+            let (index, new) = match existing {
+                Some(index) => {
+                    state.records[index].properties.extend(input.properties);
+                    state.records[index].updated = Instant::now();
+                    (index, false)
+                }
+                None => {
+                    state.next_id += 1;
+                    let mut properties = input.properties;
+                    properties.insert(input.id_property.clone(), input.id.clone());
+                    let id = state.next_id;
+                    state.records.push(Record {
+                        id,
+                        object: object.clone(),
+                        properties,
+                        updated: Instant::now(),
+                    });
+                    (state.records.len() - 1, true)
+                }
+            };
+            state.writes.push((object.clone(), input.id.clone()));
+            results.push(record_json(&state.records[index], Some(new)));
+        }
+        let body = json!({
+            "status": "COMPLETE",
+            "results": results,
+            "requestedAt": "2026-01-01T00:00:00Z",
+            "startedAt": "2026-01-01T00:00:00Z",
+            "completedAt": "2026-01-01T00:00:00Z",
+        });
+        (with_headers(Json(body).into_response(), &limits), delay)
+    };
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    response
+}
+
+fn find(state: &HubSpotState, object: &str, id: &str, id_property: Option<&str>) -> Option<usize> {
+    state.records.iter().position(|r| {
+        r.object == object
+            && match id_property {
+                Some(property) => r.properties.get(property).map(String::as_str) == Some(id),
+                None => r.id.to_string() == id,
+            }
+    })
+}
+
+async fn read(
+    State(shared): State<Arc<Mutex<HubSpotState>>>,
+    Path((object, id)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let mut state = shared.lock().expect("lock");
+    let limits = match admit(&mut state, &headers) {
+        Ok(limits) => limits,
+        Err(response) => return response,
+    };
+    let Some(index) = find(&state, &object, &id, query.get("idProperty").map(String::as_str))
+    else {
+        return with_headers(
+            error(StatusCode::NOT_FOUND, "OBJECT_NOT_FOUND", "resource not found"),
+            &limits,
+        );
+    };
+    let record = &state.records[index];
+    let wanted: Option<HashSet<&str>> = query.get("properties").map(|p| p.split(',').collect());
+    let properties: BTreeMap<&String, &String> = record
+        .properties
+        .iter()
+        .filter(|(name, _)| wanted.as_ref().is_none_or(|w| w.contains(name.as_str())))
+        .collect();
+    let body = json!({"id": record.id.to_string(), "properties": properties, "archived": false});
+    with_headers(Json(body).into_response(), &limits)
+}
+
+#[derive(Debug, Deserialize)]
+struct PropertiesBody {
+    properties: BTreeMap<String, String>,
+}
+
+async fn update(
+    State(shared): State<Arc<Mutex<HubSpotState>>>,
+    Path((object, id)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let mut state = shared.lock().expect("lock");
+    let limits = match admit(&mut state, &headers) {
+        Ok(limits) => limits,
+        Err(response) => return response,
+    };
+    if let Err(response) = take_fault(&mut state).map(|_| ()) {
+        return with_headers(response, &limits);
+    }
+    let Ok(body) = serde_json::from_str::<PropertiesBody>(&body) else {
+        return with_headers(
+            error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", "Invalid input JSON"),
+            &limits,
+        );
+    };
+    if let Err(response) = check_properties(&state, &body.properties) {
+        return with_headers(response, &limits);
+    }
+    // Update by a unique property never creates: it is not an upsert.
+    let Some(index) = find(&state, &object, &id, query.get("idProperty").map(String::as_str))
+    else {
+        return with_headers(
+            error(StatusCode::NOT_FOUND, "OBJECT_NOT_FOUND", "resource not found"),
+            &limits,
+        );
+    };
+    state.records[index].properties.extend(body.properties);
+    state.records[index].updated = Instant::now();
+    state.writes.push((object.clone(), id));
+    let record = record_json(&state.records[index], None);
+    with_headers(Json(record).into_response(), &limits)
+}
+
+#[derive(Debug, Deserialize)]
+struct SearchBody {
+    #[serde(rename = "filterGroups", default)]
+    filter_groups: Vec<FilterGroup>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FilterGroup {
+    filters: Vec<Filter>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Filter {
+    #[serde(rename = "propertyName")]
+    property_name: String,
+    operator: String,
+    value: String,
+}
+
+/// Search, eventually consistent: records changed within `search_lag` are not found yet.
+async fn search(
+    State(shared): State<Arc<Mutex<HubSpotState>>>,
+    Path(object): Path<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let mut state = shared.lock().expect("lock");
+    if let Err(response) = admit(&mut state, &headers) {
+        return response;
+    }
+    let Ok(search) = serde_json::from_str::<SearchBody>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", "Invalid input JSON");
+    };
+    let now = Instant::now();
+    let results: Vec<Value> = state
+        .records
+        .iter()
+        .filter(|r| r.object == object && now.duration_since(r.updated) >= state.search_lag)
+        .filter(|r| {
+            search.filter_groups.is_empty()
+                || search.filter_groups.iter().any(|group| {
+                    group.filters.iter().all(|f| {
+                        f.operator == "EQ" && r.properties.get(&f.property_name) == Some(&f.value)
+                    })
+                })
+        })
+        .map(|r| record_json(r, None))
+        .collect();
+    // Search answers carry only the correlation id, no rate-limit headers.
+    Json(json!({"total": results.len(), "results": results})).into_response()
+}

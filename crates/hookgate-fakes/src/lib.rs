@@ -1,0 +1,46 @@
+//! Fake CRM servers that behave like the documented APIs (see
+//! `shared/reference/crm-apis.md`): real HTTP on a loopback port, state kept between calls,
+//! the documented answers including their errors, and a switch for each documented edge.
+//!
+//! - [`salesforce::FakeSalesforce`]: OAuth token endpoint with expiry, upsert and lookup by
+//!   external id, 201/200/204 by API version, 300 for non-unique external ids, error arrays,
+//!   the daily limit with `Sforce-Limit-Info`, HTML and JSON 503, lost responses.
+//! - [`hubspot::FakeHubSpot`]: private-app tokens, batch upsert by a unique `idProperty` with
+//!   the `new` flag, update by `idProperty`, search with lag, the 10-second rate-limit window
+//!   with its headers, 401/403 bodies, lost responses.
+//!
+//! Each fake is started on `127.0.0.1:0` and stops when dropped.
+
+pub mod hubspot;
+pub mod salesforce;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// A running fake server; aborted when dropped.
+#[derive(Debug)]
+pub struct Running {
+    pub base_url: String,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A loopback listener and its base URL, bound before the router is built so that the
+/// router's state can know its own address.
+async fn bind() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let address = listener.local_addr().expect("bound");
+    (listener, format!("http://{address}"))
+}
+
+fn spawn(listener: TcpListener, base_url: String, router: axum::Router) -> Running {
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Running { base_url, task }
+}

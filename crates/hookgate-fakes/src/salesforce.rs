@@ -1,0 +1,450 @@
+//! A fake Salesforce REST API.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+use crate::Running;
+
+/// A one-shot failure, served to the next write (upsert) instead of its normal answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// 503 with an HTML page, as the edge sends during an outage.
+    Html503,
+    /// 503 `SERVER_UNAVAILABLE`.
+    Json503,
+    /// 400 `UNABLE_TO_LOCK_ROW`.
+    LockRow,
+    /// 400 `FIELD_CUSTOM_VALIDATION_EXCEPTION`.
+    Validation,
+    /// Apply the write, then answer only after this delay (longer than the client waits).
+    LostResponse(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub id: String,
+    pub object: String,
+    pub fields: BTreeMap<String, Value>,
+}
+
+#[derive(Debug)]
+pub struct SalesforceState {
+    /// The login URL and instance URL: this fake.
+    pub base_url: String,
+    pub client_id: String,
+    pub client_secret: String,
+    /// Tokens that are still valid; emptied to simulate expiry.
+    pub valid_tokens: HashSet<String>,
+    pub token_requests: u64,
+    pub records: Vec<Record>,
+    /// Objects the org has; others answer 404 `NOT_FOUND`.
+    pub objects: HashSet<String>,
+    /// With `false`, [`FakeSalesforce::insert_duplicate`] may create several records with one
+    /// external id, and writes to it answer 300.
+    pub ext_id_unique: bool,
+    /// Calls allowed per day; past it, 403 `REQUEST_LIMIT_EXCEEDED`.
+    pub daily_limit: u64,
+    pub calls_today: u64,
+    /// Fields a new record must have, per object.
+    pub required_fields: HashMap<String, Vec<String>>,
+    pub faults: VecDeque<Fault>,
+    /// Every write applied: (object, external id value).
+    pub writes: Vec<(String, String)>,
+    next_id: u64,
+}
+
+/// A fake Salesforce org on loopback. `base_url` is both the login URL and the instance URL.
+#[derive(Debug, Clone)]
+pub struct FakeSalesforce {
+    pub state: Arc<Mutex<SalesforceState>>,
+    pub base_url: String,
+    /// Held so the server stops when the last clone is dropped.
+    _server: Arc<Running>,
+}
+
+pub const CLIENT_ID: &str = "3MVG9fake-client-id";
+pub const CLIENT_SECRET: &str = "fake-client-secret";
+
+impl FakeSalesforce {
+    pub async fn start() -> FakeSalesforce {
+        let (listener, base_url) = crate::bind().await;
+        let state = Arc::new(Mutex::new(SalesforceState {
+            base_url: base_url.clone(),
+            client_id: CLIENT_ID.into(),
+            client_secret: CLIENT_SECRET.into(),
+            valid_tokens: HashSet::new(),
+            token_requests: 0,
+            records: Vec::new(),
+            objects: ["Account", "Contact", "Lead", "Customer__c", "Patient__c"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            ext_id_unique: true,
+            daily_limit: 15_000,
+            calls_today: 0,
+            required_fields: HashMap::from([("Contact".to_owned(), vec!["LastName".to_owned()])]),
+            faults: VecDeque::new(),
+            writes: Vec::new(),
+            next_id: 1,
+        }));
+        let router = Router::new()
+            .route("/services/oauth2/token", post(token))
+            .route("/services/data/", get(versions))
+            .route(
+                "/services/data/{version}/sobjects/{object}/{field}/{value}",
+                get(lookup).patch(upsert),
+            )
+            .with_state(Arc::clone(&state));
+        let running = crate::spawn(listener, base_url.clone(), router);
+        FakeSalesforce { state, base_url, _server: Arc::new(running) }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, SalesforceState> {
+        self.state.lock().expect("the fake's lock is never poisoned")
+    }
+
+    /// Every issued token stops working: the next call answers 401 `INVALID_SESSION_ID`.
+    pub fn expire_tokens(&self) {
+        self.lock().valid_tokens.clear();
+    }
+
+    pub fn push_fault(&self, fault: Fault) {
+        self.lock().faults.push_back(fault);
+    }
+
+    /// Creates a second record with an existing external id (possible only when the field is
+    /// not unique), so writes to it answer 300.
+    pub fn insert_duplicate(&self, object: &str, field: &str, value: &str) {
+        let mut state = self.lock();
+        assert!(!state.ext_id_unique, "a unique external id cannot have duplicates");
+        let id = state.new_id(object);
+        state.records.push(Record {
+            id,
+            object: object.into(),
+            fields: BTreeMap::from([(field.into(), json!(value))]),
+        });
+    }
+
+    pub fn records(&self, object: &str) -> Vec<Record> {
+        self.lock().records.iter().filter(|r| r.object == object).cloned().collect()
+    }
+
+    pub fn writes(&self) -> Vec<(String, String)> {
+        self.lock().writes.clone()
+    }
+}
+
+impl SalesforceState {
+    fn new_id(&mut self, object: &str) -> String {
+        let prefix = match object {
+            "Account" => "001",
+            "Contact" => "003",
+            "Lead" => "00Q",
+            _ => "a0B",
+        };
+        self.next_id += 1;
+        format!("{prefix}Dn0000{:09}AAA", self.next_id)
+    }
+
+    fn matching(&self, object: &str, field: &str, value: &str) -> Vec<usize> {
+        self.records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.object == object && r.fields.get(field).and_then(Value::as_str) == Some(value)
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+fn error(status: StatusCode, code: &str, message: &str, limit: Option<&str>) -> Response {
+    let mut response =
+        (status, Json(json!([{"message": message, "errorCode": code}]))).into_response();
+    if let Some(limit) = limit {
+        if let Ok(value) = HeaderValue::from_str(limit) {
+            response.headers_mut().insert("sforce-limit-info", value);
+        }
+    }
+    response
+}
+
+async fn token(State(state): State<Arc<Mutex<SalesforceState>>>, body: String) -> Response {
+    let form: HashMap<String, String> =
+        url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+    let mut state = state.lock().expect("lock");
+    state.token_requests += 1;
+    if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
+        return (StatusCode::BAD_REQUEST, Json(json!({"error": "unsupported_grant_type", "error_description": "grant type not supported"}))).into_response();
+    }
+    if form.get("client_id") != Some(&state.client_id)
+        || form.get("client_secret") != Some(&state.client_secret)
+    {
+        return (StatusCode::BAD_REQUEST, Json(json!({"error": "invalid_client", "error_description": "invalid client credentials"}))).into_response();
+    }
+    let token = format!("00DFAKE!{}", state.token_requests);
+    state.valid_tokens.insert(token.clone());
+    // The instance URL is this fake itself, like a My Domain URL.
+    Json(json!({
+        "access_token": token,
+        "instance_url": state.base_url,
+        "id": "https://login.salesforce.com/id/00DFAKE/005FAKE",
+        "token_type": "Bearer",
+        "issued_at": "1700000000000",
+        "signature": "fake",
+    }))
+    .into_response()
+}
+
+async fn versions() -> Response {
+    Json(json!([{"label": "Spring '24", "url": "/services/data/v60.0", "version": "60.0"}]))
+        .into_response()
+}
+
+/// Checks auth and the daily limit; returns the `Sforce-Limit-Info` value.
+fn admit(state: &mut SalesforceState, headers: &HeaderMap) -> Result<String, Response> {
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !state.valid_tokens.contains(token) {
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "INVALID_SESSION_ID",
+            "Session expired or invalid",
+            None,
+        ));
+    }
+    if state.calls_today >= state.daily_limit {
+        let limit = format!("api-usage={}/{}", state.calls_today, state.daily_limit);
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            "REQUEST_LIMIT_EXCEEDED",
+            "TotalRequests Limit exceeded.",
+            Some(&limit),
+        ));
+    }
+    state.calls_today += 1;
+    Ok(format!("api-usage={}/{}", state.calls_today, state.daily_limit))
+}
+
+fn version_number(version: &str) -> f64 {
+    version.trim_start_matches('v').parse().unwrap_or(0.0)
+}
+
+fn with_limit(mut response: Response, limit: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(limit) {
+        response.headers_mut().insert("sforce-limit-info", value);
+    }
+    response
+}
+
+fn record_urls(state: &SalesforceState, version: &str, object: &str, indexes: &[usize]) -> Value {
+    json!(
+        indexes
+            .iter()
+            .map(|i| format!("/services/data/{version}/sobjects/{object}/{}", state.records[*i].id))
+            .collect::<Vec<_>>()
+    )
+}
+
+async fn upsert(
+    State(shared): State<Arc<Mutex<SalesforceState>>>,
+    Path((version, object, field, value)): Path<(String, String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let (response, delay) = {
+        let mut state = shared.lock().expect("lock");
+        let limit = match admit(&mut state, &headers) {
+            Ok(limit) => limit,
+            Err(response) => return response,
+        };
+        let fault = state.faults.pop_front();
+        let delay = match fault {
+            Some(Fault::Html503) => {
+                let page = "<html><head><title>Service Unavailable</title></head><body>Maintenance</body></html>";
+                let mut response = (StatusCode::SERVICE_UNAVAILABLE, page).into_response();
+                response
+                    .headers_mut()
+                    .insert("content-type", HeaderValue::from_static("text/html"));
+                return response;
+            }
+            Some(Fault::Json503) => {
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "SERVER_UNAVAILABLE",
+                    "Server too busy",
+                    Some(&limit),
+                );
+            }
+            Some(Fault::LockRow) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "UNABLE_TO_LOCK_ROW",
+                    "unable to obtain exclusive access to this record",
+                    Some(&limit),
+                );
+            }
+            Some(Fault::Validation) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "FIELD_CUSTOM_VALIDATION_EXCEPTION",
+                    "Value does not pass validation",
+                    Some(&limit),
+                );
+            }
+            Some(Fault::LostResponse(delay)) => Some(delay),
+            None => None,
+        };
+        (apply_upsert(&mut state, &version, &object, &field, &value, &query, &body, &limit), delay)
+    };
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    response
+}
+
+#[allow(clippy::too_many_arguments)] // One argument per part of the documented request.
+fn apply_upsert(
+    state: &mut SalesforceState,
+    version: &str,
+    object: &str,
+    field: &str,
+    value: &str,
+    query: &HashMap<String, String>,
+    body: &str,
+    limit: &str,
+) -> Response {
+    if !state.objects.contains(object) {
+        return error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "The requested resource does not exist",
+            Some(limit),
+        );
+    }
+    let Ok(fields) = serde_json::from_str::<BTreeMap<String, Value>>(body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "JSON_PARSER_ERROR",
+            "Cannot deserialize the request body",
+            Some(limit),
+        );
+    };
+    if fields.contains_key(field) || fields.contains_key("Id") {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_FIELD",
+            "The external id field and Id cannot be set in the body",
+            Some(limit),
+        );
+    }
+    let matches = state.matching(object, field, value);
+    if matches.len() > 1 {
+        let urls = record_urls(state, version, object, &matches);
+        return with_limit((StatusCode::MULTIPLE_CHOICES, Json(urls)).into_response(), limit);
+    }
+    let new_api = version_number(version) >= 46.0;
+    if let Some(&index) = matches.first() {
+        state.records[index].fields.extend(fields);
+        let id = state.records[index].id.clone();
+        state.writes.push((object.to_owned(), value.to_owned()));
+        if new_api {
+            return with_limit(
+                Json(json!({"id": id, "errors": [], "success": true, "created": false}))
+                    .into_response(),
+                limit,
+            );
+        }
+        return with_limit(StatusCode::NO_CONTENT.into_response(), limit);
+    }
+    if query.get("updateOnly").map(String::as_str) == Some("true") {
+        return error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "The requested resource does not exist",
+            Some(limit),
+        );
+    }
+    if let Some(required) = state.required_fields.get(object) {
+        let missing: Vec<&String> = required.iter().filter(|f| !fields.contains_key(*f)).collect();
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+            let message = format!("Required fields are missing: [{}]", names.join(", "));
+            let body = json!([{"message": message, "errorCode": "REQUIRED_FIELD_MISSING", "fields": names}]);
+            return with_limit((StatusCode::BAD_REQUEST, Json(body)).into_response(), limit);
+        }
+    }
+    let id = state.new_id(object);
+    let mut record_fields = fields;
+    record_fields.insert(field.to_owned(), json!(value));
+    state.records.push(Record { id: id.clone(), object: object.to_owned(), fields: record_fields });
+    state.writes.push((object.to_owned(), value.to_owned()));
+    let body = if new_api {
+        json!({"id": id, "errors": [], "success": true, "created": true})
+    } else {
+        json!({"id": id, "errors": [], "success": true})
+    };
+    with_limit((StatusCode::CREATED, Json(body)).into_response(), limit)
+}
+
+async fn lookup(
+    State(shared): State<Arc<Mutex<SalesforceState>>>,
+    Path((version, object, field, value)): Path<(String, String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let mut state = shared.lock().expect("lock");
+    let limit = match admit(&mut state, &headers) {
+        Ok(limit) => limit,
+        Err(response) => return response,
+    };
+    if !state.objects.contains(&object) {
+        return error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "The requested resource does not exist",
+            Some(&limit),
+        );
+    }
+    let matches = state.matching(&object, &field, &value);
+    match matches.as_slice() {
+        [] => error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "The requested resource does not exist",
+            Some(&limit),
+        ),
+        [index] => {
+            let record = &state.records[*index];
+            let wanted: Option<HashSet<&str>> = query.get("fields").map(|f| f.split(',').collect());
+            let mut body = serde_json::Map::new();
+            body.insert(
+                "attributes".into(),
+                json!({"type": object, "url": format!("/services/data/{version}/sobjects/{object}/{}", record.id)}),
+            );
+            body.insert("Id".into(), json!(record.id));
+            for (name, value) in &record.fields {
+                if wanted.as_ref().is_none_or(|w| w.contains(name.as_str())) {
+                    body.insert(name.clone(), value.clone());
+                }
+            }
+            with_limit(Json(Value::Object(body)).into_response(), &limit)
+        }
+        several => {
+            let urls = record_urls(&state, &version, &object, several);
+            with_limit((StatusCode::MULTIPLE_CHOICES, Json(urls)).into_response(), &limit)
+        }
+    }
+}
