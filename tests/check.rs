@@ -60,12 +60,12 @@ fn shipped_pipelines_pass_with_every_fixture() {
     let output = hookgate_check(&root(), &[]);
     let text = stdout(&output);
     assert!(output.status.success(), "{text}");
-    assert!(text.contains("checked 4 pipelines and"), "{text}");
+    assert!(text.contains("checked 6 pipelines and"), "{text}");
     assert!(text.contains("(0 failed): 0 errors"), "{text}");
 
     // Every example pipeline has a fixture for a valid delivery, a wrong signature and a
     // missing signature header.
-    for pipeline in ["github", "stripe", "standard-webhooks", "crm-partner"] {
+    for pipeline in ["github", "stripe", "standard-webhooks", "crm-partner", "shopify", "signups"] {
         let mut verdicts = Vec::new();
         for entry in std::fs::read_dir(root().join("pipelines").join(pipeline)).unwrap() {
             let path = entry.unwrap().path();
@@ -150,6 +150,32 @@ const BREAKAGES: &[Breakage] = &[
         from: "kind: mock",
         to: "kind: mocked",
         expected: "hookgate.yaml:7:11: error: unknown variant `mocked`\n  = hint: did you mean `mock`?",
+    },
+    // Connector settings are checked against each kind's settings, where they are written.
+    Breakage {
+        file: "hookgate.yaml",
+        from: "login_url:",
+        to: "loginurl:",
+        expected: "hookgate.yaml:15:7: error: unknown field `loginurl`\n  = hint: did you mean `login_url`?",
+    },
+    Breakage {
+        file: "hookgate.yaml",
+        from: "      client_secret: { env: SALESFORCE_CLIENT_SECRET }\n",
+        to: "",
+        expected: "hookgate.yaml:17:5: error: connector `salesforce` (salesforce) needs the credential `client_secret`",
+    },
+    Breakage {
+        file: "hookgate.yaml",
+        from: "path: hookgate-crm.sqlite",
+        to: "path: hookgate-crm.sqlite\n      faults: { failure_rate: high }",
+        expected: "hookgate.yaml:10:31: error: expected a number, found `high`",
+    },
+    // A secret written as a literal is not a reference.
+    Breakage {
+        file: "hookgate.yaml",
+        from: "token: { env: HUBSPOT_TOKEN }",
+        to: "token: pat-na1-literal",
+        expected: "hookgate.yaml:26:14: error: unknown variant `pat-na1-literal`\n  = hint: expected one of `env`, `file`",
     },
     // A fixture whose expectation no longer holds fails at the expectation's line.
     Breakage {
@@ -243,7 +269,7 @@ fn hostile_files_are_diagnosed_not_crashed_on() {
         assert!(text.contains(expected), "expected {expected:?} in\n{text}");
     }
     // The good pipelines are still checked and their fixtures still run.
-    assert!(text.contains("checked 4 pipelines and 21 fixtures (0 failed)"), "{text}");
+    assert!(text.contains("checked 6 pipelines and 29 fixtures (0 failed)"), "{text}");
 }
 
 #[test]

@@ -103,7 +103,7 @@ async fn transient_failures_are_retried_until_success() {
         let crm = Crm::new(serde_json::json!({"fail_first_calls": 2}));
         let server = server(&database, &crm).start();
         let store = database.store().await;
-        let client = reqwest::Client::new();
+        let client = client();
         let event = accept(&client, &server, &order("o-1", "C-1", 1, "paid")).await;
         drained(&store).await;
 
@@ -134,7 +134,7 @@ async fn a_rate_limit_retry_after_is_honoured() {
             Crm::new(serde_json::json!({"rate_limit_first_calls": 1, "retry_after_ms": 1500}));
         let server = server(&database, &crm).start();
         let store = database.store().await;
-        let event = accept(&reqwest::Client::new(), &server, &order("o-1", "C-1", 1, "paid")).await;
+        let event = accept(&client(), &server, &order("o-1", "C-1", 1, "paid")).await;
         drained(&store).await;
         let attempts = store.attempts_for(event).await.unwrap();
         assert_eq!(outcomes(&attempts), ["rate_limited", "created"], "{}", database.name());
@@ -154,7 +154,7 @@ async fn rejections_and_exhausted_attempts_are_dead_lettered_and_can_be_replayed
         let crm = Crm::new(serde_json::json!({"reject_external_ids": ["C-bad"]}));
         let mut server = server(&database, &crm).start();
         let store = database.store().await;
-        let client = reqwest::Client::new();
+        let client = client();
         let rejected = accept(&client, &server, &order("o-1", "C-bad", 1, "paid")).await;
         let fine = accept(&client, &server, &order("o-2", "C-good", 1, "paid")).await;
         drained(&store).await;
@@ -270,7 +270,7 @@ async fn a_lost_response_is_reconciled_without_a_second_write() {
         let crm = Crm::new(serde_json::json!({"lost_response_rate": 1.0}));
         let server = server(&database, &crm).start();
         let store = database.store().await;
-        let event = accept(&reqwest::Client::new(), &server, &order("o-1", "C-1", 1, "paid")).await;
+        let event = accept(&client(), &server, &order("o-1", "C-1", 1, "paid")).await;
         drained(&store).await;
         let item = &store.outbox_for(event).await.unwrap()[0];
         assert_eq!((item.state.as_str(), item.attempts), ("done", 1), "{}", database.name());
@@ -291,7 +291,7 @@ async fn a_call_that_times_out_is_treated_as_unknown_and_reconciled() {
         let crm = Crm::new(serde_json::json!({"latency_after_write_ms": 3000}));
         let server = server(&database, &crm).arg("--call-timeout-ms").arg("1000").start();
         let store = database.store().await;
-        let event = accept(&reqwest::Client::new(), &server, &order("o-1", "C-1", 1, "paid")).await;
+        let event = accept(&client(), &server, &order("o-1", "C-1", 1, "paid")).await;
         drained(&store).await;
         let attempts = store.attempts_for(event).await.unwrap();
         assert_eq!(outcomes(&attempts), ["reconciled"], "{}", database.name());
@@ -313,7 +313,7 @@ async fn the_newer_version_wins_and_the_older_is_skipped_stale() {
         let crm = Crm::new(serde_json::json!({}));
         let server = server(&database, &crm).start();
         let store = database.store().await;
-        let client = reqwest::Client::new();
+        let client = client();
         let newer = accept(&client, &server, &order("o-2", "C-1", 2, "shipped")).await;
         drained(&store).await;
         let older = accept(&client, &server, &order("o-1", "C-1", 1, "paid")).await;
@@ -350,7 +350,7 @@ async fn a_worker_killed_mid_call_is_taken_over_after_its_lease_and_the_effect_h
             .arg("2500")
             .start();
         let store = database.store().await;
-        let event = accept(&reqwest::Client::new(), &first, &order("o-1", "C-1", 1, "paid")).await;
+        let event = accept(&client(), &first, &order("o-1", "C-1", 1, "paid")).await;
         let applied =
             eventually(Duration::from_secs(20), || async { crm.effects().await.len() == 1 }).await;
         assert!(applied, "{backend}: the write never reached the CRM");
@@ -400,7 +400,7 @@ async fn two_processes_a_thousand_events_a_flaky_crm_one_effect_each_in_version_
     let a = server(&database, &crm).pipelines(pipeline.clone()).workers(8).start();
     let b = server(&database, &crm).pipelines(pipeline).workers(8).start();
     let store = database.store().await;
-    let client = reqwest::Client::new();
+    let client = client();
 
     // One stream per entity sends its versions in order, each event 1 to 3 times, alternating
     // between the two processes; the streams run concurrently.

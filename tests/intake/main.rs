@@ -29,7 +29,7 @@ async fn every_answer_on_both_backends() {
     for database in Database::both().await {
         let backend = database.name();
         let server = ServerBuilder::new(database.url()).start();
-        let client = reqwest::Client::new();
+        let client = client();
         let store = database.store().await;
 
         // New event: 202 with its id, after the commit.
@@ -148,7 +148,7 @@ async fn fire_concurrently(
     delivery: &Delivery,
     copies: usize,
 ) -> (usize, usize) {
-    let client = reqwest::Client::new();
+    let client = client();
     let tasks: Vec<_> = (0..copies)
         .map(|i| {
             let (client, delivery) = (client.clone(), delivery.clone());
@@ -226,7 +226,7 @@ async fn a_server_killed_mid_stream_loses_nothing_it_acknowledged() {
         let deliveries: Vec<Delivery> = (0..DELIVERIES)
             .map(|i| partner(&format!("P-{i}"), "2026-03-01T10:00:00Z", "active"))
             .collect();
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+        let client = client_builder().timeout(Duration::from_secs(10)).build().unwrap();
 
         // Four streams of distinct deliveries; the server is killed with SIGKILL while they run.
         let acknowledged = Arc::new(std::sync::Mutex::new(HashSet::new()));
@@ -338,7 +338,7 @@ async fn database_unreachable_answers_503_then_recovers_by_itself() {
     let proxied_url = database.url().replace("127.0.0.1:5432", &proxy.address.to_string());
     assert_ne!(proxied_url, database.url(), "the test database must be on 127.0.0.1:5432");
     let server = ServerBuilder::new(&proxied_url).start();
-    let client = reqwest::Client::new();
+    let client = client();
 
     assert_eq!(
         partner("P-1", "2026-03-01T10:00:00Z", "a").send(&client, &server).await.status(),
@@ -386,7 +386,7 @@ async fn bad_input_gets_its_documented_answer_and_the_server_stays_up() {
         let backend = database.name();
         let server =
             ServerBuilder::new(database.url()).arg("--body-limit-bytes").arg("65536").start();
-        let client = reqwest::Client::new();
+        let client = client();
 
         // Oversized body: 413.
         let big = partner_raw(vec![b'x'; 70_000]);
@@ -486,7 +486,10 @@ async fn sigterm_finishes_the_request_in_flight_then_exits() {
     server.terminate();
     tokio::time::sleep(Duration::from_millis(300)).await;
     // New connections are refused while the one in flight completes.
-    assert!(reqwest::get(server.url("/healthz")).await.is_err(), "still accepting after SIGTERM");
+    assert!(
+        client().get(server.url("/healthz")).send().await.is_err(),
+        "still accepting after SIGTERM"
+    );
     stream.write_all(rest).await.unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).await.unwrap();
@@ -557,7 +560,7 @@ async fn a_pipeline_may_answer_conflicts_with_a_2xx() {
         .unwrap();
     let server =
         ServerBuilder::new(database.url()).pipelines(dir.path().join("github.yaml")).start();
-    let client = reqwest::Client::new();
+    let client = client();
     assert_eq!(
         github("d-9", &push_body("a", "1")).send(&client, &server).await.status(),
         StatusCode::ACCEPTED

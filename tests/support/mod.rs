@@ -21,6 +21,16 @@ pub const PARTNER_SECRET: &str = "partner-e2e-secret";
 pub const STANDARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 pub const ORDERS_SECRET: &str = "orders-e2e-secret";
 
+/// An HTTP client for tests (reqwest needs the process's crypto provider installed first).
+pub fn client() -> reqwest::Client {
+    client_builder().build().expect("a client")
+}
+
+pub fn client_builder() -> reqwest::ClientBuilder {
+    hookgate_connector_http::install_crypto_provider();
+    reqwest::Client::builder()
+}
+
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
 }
@@ -146,6 +156,11 @@ impl ServerBuilder {
             .env("STANDARD_WEBHOOKS_SECRET", STANDARD_SECRET)
             .env("CRM_PARTNER_SECRET", PARTNER_SECRET)
             .env("ORDERS_SECRET", ORDERS_SECRET)
+            .env("SHOPIFY_WEBHOOK_SECRET", "shopify-e2e-secret")
+            .env("SIGNUPS_SECRET", "signups-e2e-secret")
+            .env("SALESFORCE_CLIENT_ID", "e2e-client")
+            .env("SALESFORCE_CLIENT_SECRET", "e2e-secret")
+            .env("HUBSPOT_TOKEN", "pat-na1-e2e")
             .env("RUST_LOG", "warn")
             .env_remove("DATABASE_URL");
         if let Some(instances) = &self.instances {
@@ -265,6 +280,51 @@ pub fn order(id: &str, customer: &str, seq: u64, status: &str) -> Delivery {
     Delivery {
         pipeline: "orders",
         headers: vec![("X-Signature".into(), signature)],
+        body: body.into_bytes(),
+    }
+}
+
+/// A Shopify customer webhook for the shipped `shopify` pipeline.
+pub fn shopify_customer(
+    webhook_id: &str,
+    customer_id: u64,
+    updated_at: &str,
+    first: &str,
+    email: &str,
+) -> Delivery {
+    let body = format!(
+        r#"{{"id":{customer_id},"email":"{email}","first_name":"{first}","last_name":"Norman","updated_at":"{updated_at}"}}"#
+    );
+    let mac = compute_mac(Algorithm::Sha256, b"shopify-e2e-secret", &[body.as_bytes()]);
+    Delivery {
+        pipeline: "shopify",
+        headers: vec![
+            ("X-Shopify-Topic".into(), "customers/update".into()),
+            ("X-Shopify-Shop-Domain".into(), "e2e-shop.myshopify.com".into()),
+            ("X-Shopify-Webhook-Id".into(), webhook_id.into()),
+            ("X-Shopify-Hmac-Sha256".into(), Encoding::Base64.encode(&mac)),
+        ],
+        body: body.into_bytes(),
+    }
+}
+
+/// A sign-up for the shipped `signups` pipeline, signed now.
+pub fn signup(event_id: &str, email: &str, first: &str, plan: &str) -> Delivery {
+    let body = format!(
+        r#"{{"event_id":"{event_id}","type":"user.signed_up","plan":"{plan}","user":{{"email":"{email}","first_name":"{first}","last_name":"Hopper"}}}}"#
+    );
+    let ts = now_secs().to_string();
+    let mac = compute_mac(
+        Algorithm::Sha256,
+        b"signups-e2e-secret",
+        &[ts.as_bytes(), b".", body.as_bytes()],
+    );
+    Delivery {
+        pipeline: "signups",
+        headers: vec![
+            ("X-Timestamp".into(), ts),
+            ("X-Signature".into(), format!("v1={}", Encoding::Base64.encode(&mac))),
+        ],
         body: body.into_bytes(),
     }
 }

@@ -56,7 +56,7 @@ fn main() -> Result<ExitCode> {
             })
         }
         Command::Codegen => {
-            for (name, text) in hookgate_pipeline::schemas() {
+            for (name, text) in schemas() {
                 let path = root.join("schemas").join(name);
                 std::fs::write(&path, text)
                     .with_context(|| format!("cannot write {}", path.display()))?;
@@ -68,16 +68,26 @@ fn main() -> Result<ExitCode> {
 }
 
 /// Schema files whose committed text differs from what the code generates.
-fn stale_schemas(root: &Path) -> Result<Vec<&'static str>> {
+fn stale_schemas(root: &Path) -> Result<Vec<String>> {
     let mut stale = Vec::new();
-    for (name, text) in hookgate_pipeline::schemas() {
+    for (name, text) in schemas() {
         let committed =
-            std::fs::read_to_string(root.join("schemas").join(name)).unwrap_or_default();
+            std::fs::read_to_string(root.join("schemas").join(&name)).unwrap_or_default();
         if committed != text {
             stale.push(name);
         }
     }
     Ok(stale)
+}
+
+/// Every generated schema, by its path under `schemas/`.
+fn schemas() -> Vec<(String, String)> {
+    let pipeline =
+        hookgate_pipeline::schemas().into_iter().map(|(name, text)| (name.to_owned(), text));
+    let connectors = hookgate::connectors::settings_schemas()
+        .into_iter()
+        .map(|(name, text)| (format!("connectors/{name}"), text));
+    pipeline.chain(connectors).collect()
 }
 
 fn workspace_root() -> PathBuf {

@@ -124,10 +124,10 @@ impl Salesforce {
     /// Replaces `stale` with a new token, unless another call already did.
     async fn refresh(&self, stale: &Arc<Token>) -> Result<Arc<Token>, ConnectorError> {
         let mut cached = self.token.lock().await;
-        if let Some(current) = cached.as_ref() {
-            if !Arc::ptr_eq(current, stale) {
-                return Ok(Arc::clone(current));
-            }
+        if let Some(current) = cached.as_ref()
+            && !Arc::ptr_eq(current, stale)
+        {
+            return Ok(Arc::clone(current));
         }
         let token = Arc::new(self.request_token().await?);
         *cached = Some(Arc::clone(&token));

@@ -80,10 +80,16 @@ fn is_loopback(url: &reqwest::Url) -> bool {
     }
 }
 
+/// Installs ring as rustls' crypto provider for the process, once; every later call is a
+/// no-op. Any `reqwest::Client` in the process needs it first (reqwest is built without a
+/// provider of its own, to avoid compiling a second one).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// A client for one connector instance.
 pub fn client(settings: &HttpSettings) -> Result<reqwest::Client, HttpError> {
-    // Idempotent: the first caller in the process installs ring as rustls' provider.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     Ok(reqwest::Client::builder()
         .connect_timeout(Duration::from_millis(settings.connect_timeout_ms))
         .timeout(Duration::from_millis(settings.request_timeout_ms))

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::Running;
 
 pub const TOKEN: &str = "pat-na1-fake-token";
-/// The rolling window of the rate limit.
+/// HubSpot's rolling rate-limit window.
 pub const WINDOW: Duration = Duration::from_secs(10);
 
 /// A one-shot failure served to the next write instead of its answer.
@@ -47,8 +47,10 @@ pub struct HubSpotState {
     /// Properties nobody may write.
     pub read_only: HashSet<String>,
     pub records: Vec<Record>,
-    /// Requests allowed per [`WINDOW`] per token.
+    /// Requests allowed per window per token.
     pub max_per_window: usize,
+    /// The rolling window ([`WINDOW`]; shorter in tests that would otherwise wait).
+    pub window_length: Duration,
     /// Whether a 429 carries `Retry-After` (not confirmed in HubSpot's docs).
     pub retry_after_on_429: bool,
     window: VecDeque<Instant>,
@@ -87,6 +89,7 @@ impl FakeHubSpot {
                 .collect(),
             records: Vec::new(),
             max_per_window: 100,
+            window_length: WINDOW,
             retry_after_on_429: false,
             window: VecDeque::new(),
             search_lag: Duration::ZERO,
@@ -159,7 +162,7 @@ fn admit(
         ));
     }
     let now = Instant::now();
-    while state.window.front().is_some_and(|t| now.duration_since(*t) >= WINDOW) {
+    while state.window.front().is_some_and(|t| now.duration_since(*t) >= state.window_length) {
         state.window.pop_front();
     }
     let remaining = state.max_per_window.saturating_sub(state.window.len());
@@ -167,7 +170,10 @@ fn admit(
         vec![
             ("x-hubspot-ratelimit-max", state.max_per_window.to_string()),
             ("x-hubspot-ratelimit-remaining", remaining.to_string()),
-            ("x-hubspot-ratelimit-interval-milliseconds", WINDOW.as_millis().to_string()),
+            (
+                "x-hubspot-ratelimit-interval-milliseconds",
+                state.window_length.as_millis().to_string(),
+            ),
         ]
     };
     if remaining == 0 {
@@ -185,7 +191,8 @@ fn admit(
         }
         if state.retry_after_on_429 {
             let oldest = state.window.front().copied().unwrap_or(now);
-            let wait = WINDOW.saturating_sub(now.duration_since(oldest)).as_secs().max(1);
+            let wait =
+                state.window_length.saturating_sub(now.duration_since(oldest)).as_secs().max(1);
             response.headers_mut().insert("retry-after", HeaderValue::from(wait));
         }
         return Err(response);

@@ -170,9 +170,7 @@ fn error(status: StatusCode, code: &str, message: &str, limit: Option<&str>) -> 
     let mut response =
         (status, Json(json!([{"message": message, "errorCode": code}]))).into_response();
     if let Some(limit) = limit {
-        if let Ok(value) = HeaderValue::from_str(limit) {
-            response.headers_mut().insert("sforce-limit-info", value);
-        }
+        response = with_limit(response, limit);
     }
     response
 }

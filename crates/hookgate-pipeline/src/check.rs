@@ -85,6 +85,50 @@ pub struct Instances {
     pub connectors: BTreeMap<String, ConnectorInstance>,
     /// With the position of each reference, for "unset secret" diagnostics.
     pub secrets: Vec<(SecretRef, Pos)>,
+    /// The document and each instance's index in it, to check settings where they are written.
+    doc: Option<Node>,
+    index: BTreeMap<String, usize>,
+}
+
+impl Instances {
+    /// Checks an instance's `settings` against a connector kind's settings type, reporting
+    /// every problem at its place in the file.
+    pub fn check_settings<T: serde::de::DeserializeOwned>(&self, name: &str) -> Vec<Diagnostic> {
+        let (Some(doc), Some(&i)) = (&self.doc, self.index.get(name)) else { return Vec::new() };
+        let instance = doc.locate(&path!["connectors", i]);
+        let node = match instance.get(&"settings".into()) {
+            Some(settings) => settings.clone(),
+            // No `settings:` at all is an empty mapping, checked like one (required settings
+            // are then reported at the instance).
+            None => Node { span: instance.span, value: Value::Map(Vec::new()) },
+        };
+        crate::de::from_node::<T>(&self.file, &node).1
+    }
+
+    /// Reports each credential a kind requires that an instance does not reference.
+    pub fn check_credentials(&self, name: &str, required: &[&str]) -> Vec<Diagnostic> {
+        let (Some(doc), Some(&i), Some(instance)) =
+            (&self.doc, self.index.get(name), self.connectors.get(name))
+        else {
+            return Vec::new();
+        };
+        let kind = instance.kind.as_str();
+        required
+            .iter()
+            .filter(|credential| !instance.credentials.contains_key(**credential))
+            .map(|credential| {
+                let span = doc.key_span(&path!["connectors", i, "credentials"]);
+                Diagnostic::error(
+                    &self.file,
+                    span,
+                    format!("connector `{name}` ({kind}) needs the credential `{credential}`"),
+                )
+                .with_hint(format!(
+                    "add `{credential}: {{ env: SOME_VARIABLE }}` under `credentials`"
+                ))
+            })
+            .collect()
+    }
 }
 
 pub(crate) fn check_instances(
@@ -94,6 +138,7 @@ pub(crate) fn check_instances(
 ) -> (Instances, Vec<Diagnostic>) {
     let mut diagnostics = Vec::new();
     let mut connectors = BTreeMap::new();
+    let mut index = BTreeMap::new();
     let mut secrets = Vec::new();
     for (i, instance) in model.connectors.into_iter().enumerate() {
         let name_span = doc.locate(&path!["connectors", i, "name"]).span;
@@ -119,9 +164,13 @@ pub(crate) fn check_instances(
             ));
             continue;
         }
+        index.insert(instance.name.clone(), i);
         connectors.insert(instance.name.clone(), instance);
     }
-    (Instances { file: file.to_owned(), connectors, secrets }, diagnostics)
+    (
+        Instances { file: file.to_owned(), connectors, secrets, doc: Some(doc.clone()), index },
+        diagnostics,
+    )
 }
 
 const NAME_HINT: &str = "names use lowercase letters, digits, `-` and `_`, start with a letter, and have at most 64 characters";

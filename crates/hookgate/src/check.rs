@@ -61,6 +61,9 @@ pub fn load(options: &Options) -> Project {
         Ok(source) => {
             let (instances, found) = load_instances(&instances_name, &source);
             diagnostics.extend(found);
+            if let Some(instances) = &instances {
+                diagnostics.extend(crate::connectors::check(instances));
+            }
             instances
         }
         Err(diagnostic) => {

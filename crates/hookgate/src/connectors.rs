@@ -1,30 +1,97 @@
-//! Connector instances from `hookgate.yaml`, built into running connectors.
+//! Connector instances from `hookgate.yaml`: checked, built into running connectors, and
+//! described by schemas. The only place that maps a kind to its crate.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use hookgate_connector::Connector;
-use hookgate_connector_mock::MockCrm;
+use hookgate_connector::{Connector, Credentials, Secret};
+use hookgate_connector_hubspot::{HubSpot, HubSpotSettings};
+use hookgate_connector_mock::{MockCrm, MockSettings};
+use hookgate_connector_salesforce::{Salesforce, SalesforceSettings};
 use hookgate_engine::Connectors;
-use hookgate_pipeline::Instances;
 use hookgate_pipeline::model::{ConnectorInstance, ConnectorKind};
+use hookgate_pipeline::{Diagnostic, Instances, Span};
 
-/// Builds every instance. A kind this build cannot run is an error naming the instance.
-pub async fn build(instances: &Instances) -> Result<Connectors> {
+use crate::secrets::Resolver;
+
+/// Checks every instance's settings and credentials against its kind, with locations.
+pub fn check(instances: &Instances) -> Vec<Diagnostic> {
+    let mut diagnostics = Vec::new();
+    for (name, instance) in &instances.connectors {
+        match instance.kind {
+            ConnectorKind::Mock => {
+                diagnostics.extend(instances.check_settings::<MockSettings>(name))
+            }
+            ConnectorKind::Salesforce => {
+                diagnostics.extend(instances.check_settings::<SalesforceSettings>(name));
+                diagnostics.extend(
+                    instances.check_credentials(name, hookgate_connector_salesforce::CREDENTIALS),
+                );
+            }
+            ConnectorKind::Hubspot => {
+                diagnostics.extend(instances.check_settings::<HubSpotSettings>(name));
+                diagnostics.extend(
+                    instances.check_credentials(name, hookgate_connector_hubspot::CREDENTIALS),
+                );
+            }
+            ConnectorKind::Plugin => diagnostics.push(
+                Diagnostic::error(
+                    &instances.file,
+                    Span::start(),
+                    format!("connector `{name}`: kind `plugin` is not available in this build"),
+                )
+                .with_hint("the kinds available are `mock`, `salesforce` and `hubspot`"),
+            ),
+        }
+    }
+    diagnostics
+}
+
+/// Builds every instance, resolving its credentials.
+pub async fn build(instances: &Instances, resolver: &Resolver) -> Result<Connectors> {
     let mut connectors = Connectors::new();
     for (name, instance) in &instances.connectors {
-        let connector =
-            build_one(instance).await.with_context(|| format!("connector instance `{name}`"))?;
+        let connector = build_one(instance, resolver)
+            .await
+            .with_context(|| format!("connector instance `{name}`"))?;
         connectors.insert(name.clone(), connector);
     }
     Ok(connectors)
 }
 
-async fn build_one(instance: &ConnectorInstance) -> Result<Arc<dyn Connector>> {
-    match instance.kind {
-        ConnectorKind::Mock => Ok(Arc::new(MockCrm::from_settings(&instance.settings).await?)),
-        other => bail!("kind `{}` cannot be run by this build yet", other.as_str()),
+async fn build_one(
+    instance: &ConnectorInstance,
+    resolver: &Resolver,
+) -> Result<Arc<dyn Connector>> {
+    let mut credentials = Credentials::new();
+    for (name, reference) in &instance.credentials {
+        let value = resolver.resolve(reference).with_context(|| format!("credential `{name}`"))?;
+        let text = String::from_utf8(value.expose().to_vec())
+            .with_context(|| format!("credential `{name}` is not UTF-8"))?;
+        credentials.insert(name.clone(), Secret::new(text));
     }
+    Ok(match instance.kind {
+        ConnectorKind::Mock => Arc::new(MockCrm::from_settings(&instance.settings).await?),
+        ConnectorKind::Salesforce => {
+            Arc::new(Salesforce::from_config(&instance.settings, &credentials)?)
+        }
+        ConnectorKind::Hubspot => Arc::new(HubSpot::from_config(&instance.settings, &credentials)?),
+        ConnectorKind::Plugin => bail!("kind `plugin` is not available in this build"),
+    })
+}
+
+/// The JSON Schema of each kind's `settings`, as committed under `schemas/connectors/`.
+pub fn settings_schemas() -> Vec<(&'static str, String)> {
+    fn render(schema: schemars::Schema) -> String {
+        let mut text = serde_json::to_string_pretty(&schema).expect("schemas serialise");
+        text.push('\n');
+        text
+    }
+    vec![
+        ("mock.settings.schema.json", render(schemars::schema_for!(MockSettings))),
+        ("salesforce.settings.schema.json", render(schemars::schema_for!(SalesforceSettings))),
+        ("hubspot.settings.schema.json", render(schemars::schema_for!(HubSpotSettings))),
+    ]
 }
 
 /// The mock CRM behind an instance, for `hookgate crm` and the demo.

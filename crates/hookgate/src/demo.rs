@@ -1,7 +1,8 @@
 //! `hookgate demo`: the whole path on embedded defaults, shown.
 //!
-//! Starts the gateway in-process on the shipped pipelines, a SQLite store and a mock CRM that
-//! fails calls and loses answers after applying writes (and does not honour idempotency keys),
+//! Starts the gateway in-process on the shipped pipelines, a SQLite store and mock CRMs (for
+//! every instance, Salesforce and HubSpot included) that fail calls and lose answers after
+//! applying writes (and do not honour idempotency keys),
 //! then acts as the senders: a new event, a duplicate, a conflict, an out-of-order pair, a
 //! forgery, a retry with a changed timestamp. It waits for delivery and prints, for every
 //! event, how many CRM effects it had, and one event's whole story. It exits non-zero if any
@@ -54,8 +55,11 @@ pub async fn run(options: DemoOptions) -> Result<String> {
     std::fs::write(
         &instances,
         format!(
-            "connectors:\n  - name: crm\n    kind: mock\n    settings:\n      path: {}\n      idempotency: false\n      faults:\n        failure_rate: 0.3\n        lost_response_rate: 0.2\n        seed: 7\n",
-            dir.join("crm.sqlite").display()
+            // Every CRM of the shipped pipelines is a mock here, with the same faults.
+            "connectors:\n{}{}{}",
+            mock_instance("crm", &dir),
+            mock_instance("salesforce", &dir),
+            mock_instance("hubspot", &dir)
         ),
     )?;
     let resolver = secrets::Resolver::Fixed(HashMap::from([
@@ -63,6 +67,8 @@ pub async fn run(options: DemoOptions) -> Result<String> {
         ("STRIPE_WEBHOOK_SECRET".to_owned(), STRIPE_SECRET.to_owned()),
         ("STANDARD_WEBHOOKS_SECRET".to_owned(), STANDARD_SECRET.to_owned()),
         ("CRM_PARTNER_SECRET".to_owned(), PARTNER_SECRET.to_owned()),
+        ("SHOPIFY_WEBHOOK_SECRET".to_owned(), "demo-shopify-secret".to_owned()),
+        ("SIGNUPS_SECRET".to_owned(), "demo-signups-secret".to_owned()),
     ]));
     let running = serve::start(ServeOptions {
         database_url: format!("sqlite://{}", dir.join("hookgate.db").display()),
@@ -83,13 +89,10 @@ pub async fn run(options: DemoOptions) -> Result<String> {
     let client = reqwest::Client::new();
     let mut out = String::new();
     let _ = writeln!(out, "hookgate demo in {}", dir.display());
-    let _ = writeln!(
-        out,
-        "  the shipped pipelines, a SQLite store, and a mock CRM that fails 30% of calls, loses 20% of"
-    );
-    let _ = writeln!(
-        out,
-        "  answers after applying the write, and does not honour idempotency keys.\n"
+    out.push_str(
+        "  the shipped pipelines, a SQLite store, and mock CRMs (standing in for Salesforce and HubSpot\n  \
+         too) that fail 30% of calls, lose 20% of answers after applying the write, and do not honour\n  \
+         idempotency keys.\n\n",
     );
 
     let started = Instant::now();
@@ -270,6 +273,13 @@ pub async fn run(options: DemoOptions) -> Result<String> {
         "\nEvery write that was done had exactly one CRM effect; stale and duplicate deliveries had none."
     );
     Ok(out)
+}
+
+fn mock_instance(name: &str, dir: &std::path::Path) -> String {
+    format!(
+        "  - name: {name}\n    kind: mock\n    settings:\n      path: {}\n      idempotency: false\n      faults:\n        failure_rate: 0.3\n        lost_response_rate: 0.2\n        seed: 7\n",
+        dir.join(format!("{name}.sqlite")).display()
+    )
 }
 
 async fn wait_drained(store: &hookgate_store::Store, timeout: Duration) -> Result<()> {

@@ -230,6 +230,7 @@ impl WorkArgs {
 }
 
 fn main() -> ExitCode {
+    hookgate_connector_http::install_crypto_provider();
     let cli = Cli::parse();
     if let Command::Check { config } = cli.command {
         let options = Options {

@@ -81,7 +81,7 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
         }));
     }
     if let Some(config) = options.workers.clone() {
-        let connectors = connectors::build(&instances).await?;
+        let connectors = connectors::build(&instances, &options.resolver).await?;
         let worker = Worker::new(gateway.clone(), connectors, config);
         tasks.push(tokio::spawn(worker.run(stopped(receiver.clone()))));
         tasks.push(tokio::spawn(sweep(gateway.clone(), stopped(receiver.clone()))));
