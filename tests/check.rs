@@ -321,7 +321,11 @@ fn unset_secrets_are_errors_when_serving() {
 #[test]
 fn connector_settings_schemas_in_the_repository_are_fresh() {
     for (name, text) in hookgate::connectors::settings_schemas() {
-        let committed = std::fs::read_to_string(root().join("schemas/connectors").join(name)).unwrap_or_default();
-        assert!(committed == text, "schemas/connectors/{name} is stale: run `cargo xtask codegen` and commit it");
+        let committed = std::fs::read_to_string(root().join("schemas/connectors").join(name))
+            .unwrap_or_default();
+        assert!(
+            committed == text,
+            "schemas/connectors/{name} is stale: run `cargo xtask codegen` and commit it"
+        );
     }
 }
