@@ -7,6 +7,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use hookgate::check::{self, Options, SecretPolicy};
 
+mod bench;
+
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask")]
 struct Cli {
@@ -25,6 +27,14 @@ enum Command {
     },
     /// Regenerate the JSON Schemas in schemas/.
     Codegen,
+    /// Measure verification and intake speed and the server's memory, each against a baseline
+    /// measured in the same run. Needs PostgreSQL on 127.0.0.1:5432.
+    Bench {
+        #[arg(long, default_value_t = 3000)]
+        deliveries: usize,
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+    },
 }
 
 fn main() -> Result<ExitCode> {
@@ -54,6 +64,10 @@ fn main() -> Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        Command::Bench { deliveries, concurrency } => {
+            bench::run(&root, deliveries, concurrency)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Codegen => {
             for (name, text) in schemas() {
