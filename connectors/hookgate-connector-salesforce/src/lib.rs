@@ -4,8 +4,9 @@
 //!   (value URL-encoded; `?updateOnly=true` for update-only writes). 201 created; 200 updated
 //!   (v46.0 and later); 204 updated (before v46.0, no body: the record id is looked up).
 //! - **Lookup**: `GET` on the same path.
-//! - **Auth**: OAuth 2.0 client credentials against `login_url`, token cached; a 401
-//!   `INVALID_SESSION_ID` refreshes the token once, then retries once.
+//! - **Auth**: OAuth 2.0 against `login_url`, by client credentials or by the JWT bearer flow
+//!   (an RS256 assertion signed with the connected app's private key); the token is cached,
+//!   and a 401 `INVALID_SESSION_ID` refreshes it once, then retries once.
 //! - **Answers to classes**: 300 (several records match) rejected, with the matching record
 //!   URLs kept as evidence; 400 rejected, except `UNABLE_TO_LOCK_ROW` (retryable); 401 after a
 //!   refresh, and other 403s, misconfigured; 403 `REQUEST_LIMIT_EXCEEDED` rate-limited (no
@@ -39,6 +40,9 @@ pub struct SalesforceSettings {
     /// The REST API version, e.g. `60.0`.
     #[serde(default = "default_api_version")]
     pub api_version: String,
+    /// How tokens are obtained.
+    #[serde(default)]
+    pub auth: Auth,
     #[serde(default)]
     pub http: HttpSettings,
 }
@@ -47,8 +51,60 @@ fn default_api_version() -> String {
     "60.0".into()
 }
 
-/// The credentials a Salesforce instance needs (`credentials:` in `hookgate.yaml`).
-pub const CREDENTIALS: &[&str] = &["client_id", "client_secret"];
+/// The OAuth 2.0 flow.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Auth {
+    /// `grant_type=client_credentials`; credentials `client_id` and `client_secret`.
+    #[default]
+    ClientCredentials,
+    /// `grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer`: an assertion signed (RS256)
+    /// with the connected app's private key; credentials `client_id` and `private_key` (PEM).
+    JwtBearer {
+        /// The Salesforce user the integration acts as (the `sub` claim).
+        username: String,
+        /// The `aud` claim: `https://login.salesforce.com` (the default),
+        /// `https://test.salesforce.com` for sandboxes, or a community URL.
+        #[serde(default)]
+        audience: Option<String>,
+    },
+}
+
+/// Lifetime of a JWT assertion: Salesforce asks for an expiry a few minutes ahead.
+const ASSERTION_LIFETIME_SECS: u64 = 180;
+
+/// The credentials an instance with these settings needs (`credentials:` in `hookgate.yaml`).
+pub fn required_credentials(
+    settings: &BTreeMap<String, serde_json::Value>,
+) -> &'static [&'static str] {
+    // Only `auth` decides; other settings' problems are reported on their own.
+    let auth =
+        settings.get("auth").and_then(|auth| serde_json::from_value::<Auth>(auth.clone()).ok());
+    match auth {
+        Some(Auth::JwtBearer { .. }) => &["client_id", "private_key"],
+        _ => &["client_id", "client_secret"],
+    }
+}
+
+/// What proves the connector's identity to the token endpoint.
+enum Grant {
+    ClientSecret(Secret),
+    Jwt { key: jsonwebtoken::EncodingKey, username: String, audience: String },
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Grant::ClientSecret(_) => f.write_str("ClientSecret(<redacted>)"),
+            Grant::Jwt { username, audience, .. } => {
+                write!(
+                    f,
+                    "Jwt {{ username: {username:?}, audience: {audience:?}, key: <redacted> }}"
+                )
+            }
+        }
+    }
+}
 
 #[derive(Debug)]
 struct Token {
@@ -60,7 +116,7 @@ struct Token {
 pub struct Salesforce {
     settings: SalesforceSettings,
     client_id: Secret,
-    client_secret: Secret,
+    grant: Grant,
     client: reqwest::Client,
     /// The cached token; replaced when Salesforce says it expired.
     token: Mutex<Option<Arc<Token>>>,
@@ -94,13 +150,25 @@ impl Salesforce {
             )));
         }
         let client = http::client(&settings.http).map_err(|e| ConfigError(e.to_string()))?;
-        Ok(Salesforce {
-            client_id: credential(credentials, "client_id")?.clone(),
-            client_secret: credential(credentials, "client_secret")?.clone(),
-            settings,
-            client,
-            token: Mutex::new(None),
-        })
+        let client_id = credential(credentials, "client_id")?.clone();
+        let grant = match &settings.auth {
+            Auth::ClientCredentials => {
+                Grant::ClientSecret(credential(credentials, "client_secret")?.clone())
+            }
+            Auth::JwtBearer { username, audience } => {
+                let pem = credential(credentials, "private_key")?;
+                let key = jsonwebtoken::EncodingKey::from_rsa_pem(pem.expose().as_bytes())
+                    .map_err(|e| {
+                        ConfigError(format!(
+                            "credentials: `private_key` is not an RSA private key in PEM: {e}"
+                        ))
+                    })?;
+                let audience =
+                    audience.clone().unwrap_or_else(|| "https://login.salesforce.com".into());
+                Grant::Jwt { key, username: username.clone(), audience }
+            }
+        };
+        Ok(Salesforce { client_id, grant, settings, client, token: Mutex::new(None) })
     }
 
     pub fn from_config(
@@ -137,11 +205,23 @@ impl Salesforce {
     async fn request_token(&self) -> Result<Token, ConnectorError> {
         let url =
             format!("{}/services/oauth2/token", self.settings.login_url.trim_end_matches('/'));
-        let form = url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("grant_type", "client_credentials")
-            .append_pair("client_id", self.client_id.expose())
-            .append_pair("client_secret", self.client_secret.expose())
-            .finish();
+        // Built before any await: the form serializer is not `Send`.
+        let form = {
+            let mut form = url::form_urlencoded::Serializer::new(String::new());
+            match &self.grant {
+                Grant::ClientSecret(secret) => {
+                    form.append_pair("grant_type", "client_credentials")
+                        .append_pair("client_id", self.client_id.expose())
+                        .append_pair("client_secret", secret.expose());
+                }
+                Grant::Jwt { key, username, audience } => {
+                    let assertion = self.assertion(key, username, audience)?;
+                    form.append_pair("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer")
+                        .append_pair("assertion", &assertion);
+                }
+            }
+            form.finish()
+        };
         let request = self
             .client
             .post(url)
@@ -191,6 +271,42 @@ impl Salesforce {
                 answer: response.answer(),
             }),
         }
+    }
+
+    /// An RS256 assertion: the connected app (`iss`) acting as `sub`, for `aud`, valid for a
+    /// few minutes.
+    fn assertion(
+        &self,
+        key: &jsonwebtoken::EncodingKey,
+        username: &str,
+        audience: &str,
+    ) -> Result<String, ConnectorError> {
+        #[derive(Serialize)]
+        struct Claims<'a> {
+            iss: &'a str,
+            sub: &'a str,
+            aud: &'a str,
+            exp: u64,
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let claims = Claims {
+            iss: self.client_id.expose(),
+            sub: username,
+            aud: audience,
+            exp: now + ASSERTION_LIFETIME_SECS,
+        };
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+            &claims,
+            key,
+        )
+        .map_err(|e| ConnectorError::Misconfigured {
+            message: format!("cannot sign the JWT assertion: {e}"),
+            answer: Answer::default(),
+        })
     }
 
     fn record_url(

@@ -20,6 +20,7 @@ fn connector(fake: &FakeSalesforce, api_version: &str, secret: &str) -> Salesfor
         login_url: fake.base_url.clone(),
         instance_url: None,
         api_version: api_version.into(),
+        auth: Auth::ClientCredentials,
         http: HttpSettings { request_timeout_ms: 1000, ..HttpSettings::default() },
     };
     Salesforce::new(settings, &credentials(secret)).unwrap()
@@ -197,6 +198,7 @@ fn settings_and_credentials_are_checked() {
         login_url: url.into(),
         instance_url: None,
         api_version: "60.0".into(),
+        auth: Auth::ClientCredentials,
         http: HttpSettings::default(),
     };
     assert!(
@@ -219,4 +221,53 @@ fn settings_and_credentials_are_checked() {
         Salesforce::new(settings("https://x.my.salesforce.com"), &credentials("hunter2")).unwrap()
     );
     assert!(!debug.contains("hunter2"), "{debug}");
+}
+
+fn jwt_connector(
+    fake: &FakeSalesforce,
+    username: &str,
+    key: &str,
+) -> Result<Salesforce, ConfigError> {
+    let settings = SalesforceSettings {
+        login_url: fake.base_url.clone(),
+        instance_url: None,
+        api_version: "60.0".into(),
+        auth: Auth::JwtBearer { username: username.into(), audience: None },
+        http: HttpSettings::default(),
+    };
+    let credentials = Credentials::from([
+        ("client_id".to_owned(), Secret::new(fake::CLIENT_ID)),
+        ("private_key".to_owned(), Secret::new(key)),
+    ]);
+    Salesforce::new(settings, &credentials)
+}
+
+#[tokio::test]
+async fn the_jwt_bearer_flow_gets_a_token_with_a_signed_assertion() {
+    let fake = FakeSalesforce::start().await;
+    let sf = jwt_connector(&fake, fake::JWT_USERNAME, fake::JWT_TEST_PRIVATE_KEY).unwrap();
+    assert!(sf.upsert(&contact("c-1", "Lovelace")).await.unwrap().created);
+    // An expired session is refreshed with a new assertion, as with client credentials.
+    fake.expire_tokens();
+    assert!(!sf.upsert(&contact("c-1", "Byron")).await.unwrap().created);
+    assert_eq!(fake.lock().token_requests, 2);
+
+    let stranger = jwt_connector(&fake, "someone@example.com", fake::JWT_TEST_PRIVATE_KEY).unwrap();
+    let error = stranger.upsert(&contact("c-2", "X")).await.unwrap_err();
+    assert_eq!(error.class(), "misconfigured");
+    assert!(error.to_string().contains("invalid_grant"), "{error}");
+    assert!(
+        jwt_connector(&fake, fake::JWT_USERNAME, "not a key")
+            .unwrap_err()
+            .0
+            .contains("private_key")
+    );
+}
+
+#[test]
+fn required_credentials_follow_the_flow() {
+    let jwt =
+        BTreeMap::from([("auth".to_owned(), serde_json::json!({"jwt_bearer": {"username": "u"}}))]);
+    assert_eq!(required_credentials(&jwt), ["client_id", "private_key"]);
+    assert_eq!(required_credentials(&BTreeMap::new()), ["client_id", "client_secret"]);
 }

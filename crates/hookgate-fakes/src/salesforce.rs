@@ -41,6 +41,9 @@ pub struct SalesforceState {
     pub base_url: String,
     pub client_id: String,
     pub client_secret: String,
+    /// The connected app's certificate key, checking JWT bearer assertions.
+    pub jwt_public_key: String,
+    pub jwt_username: String,
     /// Tokens that are still valid; emptied to simulate expiry.
     pub valid_tokens: HashSet<String>,
     pub token_requests: u64,
@@ -72,6 +75,11 @@ pub struct FakeSalesforce {
 
 pub const CLIENT_ID: &str = "3MVG9fake-client-id";
 pub const CLIENT_SECRET: &str = "fake-client-secret";
+/// The user JWT bearer assertions must name.
+pub const JWT_USERNAME: &str = "integration@example.com";
+/// A key pair made for these tests only (`openssl genrsa 2048`); it protects nothing.
+pub const JWT_TEST_PRIVATE_KEY: &str = include_str!("../keys/jwt-test-private.pem");
+pub const JWT_TEST_PUBLIC_KEY: &str = include_str!("../keys/jwt-test-public.pem");
 
 impl FakeSalesforce {
     pub async fn start() -> FakeSalesforce {
@@ -80,6 +88,8 @@ impl FakeSalesforce {
             base_url: base_url.clone(),
             client_id: CLIENT_ID.into(),
             client_secret: CLIENT_SECRET.into(),
+            jwt_public_key: JWT_TEST_PUBLIC_KEY.into(),
+            jwt_username: JWT_USERNAME.into(),
             valid_tokens: HashSet::new(),
             token_requests: 0,
             records: Vec::new(),
@@ -180,13 +190,25 @@ async fn token(State(state): State<Arc<Mutex<SalesforceState>>>, body: String) -
         url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
     let mut state = state.lock().expect("lock");
     state.token_requests += 1;
-    if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
-        return (StatusCode::BAD_REQUEST, Json(json!({"error": "unsupported_grant_type", "error_description": "grant type not supported"}))).into_response();
-    }
-    if form.get("client_id") != Some(&state.client_id)
-        || form.get("client_secret") != Some(&state.client_secret)
-    {
-        return (StatusCode::BAD_REQUEST, Json(json!({"error": "invalid_client", "error_description": "invalid client credentials"}))).into_response();
+    let refuse = |error: &str, description: &str| {
+        let body = json!({"error": error, "error_description": description});
+        (StatusCode::BAD_REQUEST, Json(body)).into_response()
+    };
+    match form.get("grant_type").map(String::as_str) {
+        Some("client_credentials") => {
+            if form.get("client_id") != Some(&state.client_id)
+                || form.get("client_secret") != Some(&state.client_secret)
+            {
+                return refuse("invalid_client", "invalid client credentials");
+            }
+        }
+        Some("urn:ietf:params:oauth:grant-type:jwt-bearer") => {
+            let assertion = form.get("assertion").map(String::as_str).unwrap_or_default();
+            if let Err(description) = check_assertion(&state, assertion) {
+                return refuse("invalid_grant", &description);
+            }
+        }
+        _ => return refuse("unsupported_grant_type", "grant type not supported"),
     }
     let token = format!("00DFAKE!{}", state.token_requests);
     state.valid_tokens.insert(token.clone());
@@ -200,6 +222,30 @@ async fn token(State(state): State<Arc<Mutex<SalesforceState>>>, body: String) -
         "signature": "fake",
     }))
     .into_response()
+}
+
+/// Checks a JWT bearer assertion as Salesforce does: RS256 by the app's key, `iss` the app,
+/// `sub` a user, `aud` the login host, and not expired.
+fn check_assertion(state: &SalesforceState, assertion: &str) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        iss: String,
+        sub: String,
+    }
+    let key = jsonwebtoken::DecodingKey::from_rsa_pem(state.jwt_public_key.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+    validation.set_audience(&["https://login.salesforce.com", "https://test.salesforce.com"]);
+    let claims = jsonwebtoken::decode::<Claims>(assertion, &key, &validation)
+        .map_err(|e| format!("invalid assertion: {e}"))?
+        .claims;
+    if claims.iss != state.client_id {
+        return Err("client identifier invalid".into());
+    }
+    if claims.sub != state.jwt_username {
+        return Err("user hasn't approved this consumer".into());
+    }
+    Ok(())
 }
 
 async fn versions() -> Response {

@@ -24,9 +24,9 @@ pub fn check(instances: &Instances) -> Vec<Diagnostic> {
             }
             ConnectorKind::Salesforce => {
                 diagnostics.extend(instances.check_settings::<SalesforceSettings>(name));
-                diagnostics.extend(
-                    instances.check_credentials(name, hookgate_connector_salesforce::CREDENTIALS),
-                );
+                let required =
+                    hookgate_connector_salesforce::required_credentials(&instance.settings);
+                diagnostics.extend(instances.check_credentials(name, required));
             }
             ConnectorKind::Hubspot => {
                 diagnostics.extend(instances.check_settings::<HubSpotSettings>(name));
