@@ -34,10 +34,12 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub enum StoreError {
     /// The database cannot be reached or is saturated now; the same call may succeed later.
     /// Intake answers 503 with Retry-After.
+    // The cause is in the message, not also a `source`: sqlx's errors repeat their own cause,
+    // and a chain printed with `{:#}` would say everything three times.
     #[error("database unavailable: {0}")]
-    Unavailable(#[source] sqlx::Error),
+    Unavailable(sqlx::Error),
     #[error("database error: {0}")]
-    Database(#[source] sqlx::Error),
+    Database(sqlx::Error),
     #[error("migration failed: {0}")]
     Migration(#[from] sqlx::migrate::MigrateError),
     #[error("unsupported database URL `{0}`: use sqlite://PATH or postgres://...")]

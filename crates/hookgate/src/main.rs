@@ -147,13 +147,13 @@ struct ConfigArgs {
 struct DatabaseArgs {
     /// Where events are stored: `sqlite://PATH` (embedded, the default) or
     /// `postgres://USER@HOST/DB` (production; several gateways may share one).
-    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://hookgate.db")]
+    #[arg(long, global = true, env = "DATABASE_URL", default_value = "sqlite://hookgate.db")]
     database_url: String,
     /// PostgreSQL connections this process may open.
-    #[arg(long, env = "HOOKGATE_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    #[arg(long, global = true, env = "HOOKGATE_DB_MAX_CONNECTIONS", default_value_t = 16)]
     db_max_connections: u32,
     /// How long a request waits for a database connection before it is answered 503.
-    #[arg(long, env = "HOOKGATE_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000)]
+    #[arg(long, global = true, env = "HOOKGATE_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000)]
     db_acquire_timeout_ms: u64,
 }
 
