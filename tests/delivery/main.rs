@@ -120,6 +120,16 @@ async fn transient_failures_are_retried_until_success() {
             attempts[0].excerpt.as_deref().unwrap().contains("SERVER_UNAVAILABLE"),
             "the CRM's answer is kept"
         );
+        let metrics =
+            client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        for line in [
+            r#"hookgate_attempts_total{pipeline="orders",target="customer",outcome="retryable"} 2"#,
+            r#"hookgate_attempts_total{pipeline="orders",target="customer",outcome="created"} 1"#,
+            r#"hookgate_writes_finished_total{pipeline="orders",target="customer",state="done"} 1"#,
+            "hookgate_writes_unfinished 0",
+        ] {
+            assert!(metrics.contains(line), "`{line}` missing from\n{metrics}");
+        }
         assert_eq!(crm.effects().await.len(), 1);
         store.close().await;
         drop(server);

@@ -128,6 +128,25 @@ async fn every_answer_on_both_backends() {
             (StatusCode::NOT_FOUND, Some("unknown_pipeline"))
         );
 
+        // Metrics: every answer above, counted by pipeline and outcome.
+        let metrics =
+            client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        for line in [
+            r#"hookgate_deliveries_total{pipeline="github",outcome="accepted"} 1"#,
+            r#"hookgate_deliveries_total{pipeline="github",outcome="duplicate"} 1"#,
+            r#"hookgate_deliveries_total{pipeline="github",outcome="conflict"} 1"#,
+            r#"hookgate_deliveries_total{pipeline="crm-partner",outcome="rejected"} 1"#,
+            r#"hookgate_deliveries_total{pipeline="crm-partner",outcome="unauthorized"} 1"#,
+            r#"hookgate_deliveries_total{pipeline="(unknown)",outcome="unknown_pipeline"} 1"#,
+            "hookgate_writes_unfinished 2",
+        ] {
+            assert!(metrics.contains(line), "{backend}: `{line}` missing from\n{metrics}");
+        }
+        assert!(
+            metrics.contains("hookgate_intake_seconds_bucket{pipeline=\"github\",le=\"0.001\"}"),
+            "{metrics}"
+        );
+
         // Health and readiness.
         assert_eq!(
             client.get(server.url("/healthz")).send().await.unwrap().status(),

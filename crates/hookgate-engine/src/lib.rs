@@ -104,6 +104,22 @@ pub enum IntakeOutcome {
     Failed(StoreError),
 }
 
+impl IntakeOutcome {
+    /// A stable name, for metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            IntakeOutcome::Accepted { .. } => "accepted",
+            IntakeOutcome::Duplicate { .. } => "duplicate",
+            IntakeOutcome::Conflict { .. } => "conflict",
+            IntakeOutcome::Rejected { .. } => "rejected",
+            IntakeOutcome::Unauthorized(_) => "unauthorized",
+            IntakeOutcome::UnknownPipeline => "unknown_pipeline",
+            IntakeOutcome::Unavailable(_) => "unavailable",
+            IntakeOutcome::Failed(_) => "failed",
+        }
+    }
+}
+
 /// Intake for every served pipeline over one store.
 #[derive(Debug, Clone)]
 pub struct Gateway {
@@ -130,6 +146,23 @@ impl Gateway {
     }
 
     pub async fn intake(&self, incoming: &IncomingDelivery<'_>) -> IntakeOutcome {
+        let started = std::time::Instant::now();
+        let outcome = self.intake_inner(incoming).await;
+        // An unknown pipeline name comes from the URL: not a label, or anyone could grow the
+        // metric without bound.
+        let pipeline = if matches!(outcome, IntakeOutcome::UnknownPipeline) {
+            "(unknown)"
+        } else {
+            incoming.pipeline
+        };
+        metrics::counter!("hookgate_deliveries_total", "pipeline" => pipeline.to_owned(), "outcome" => outcome.name())
+            .increment(1);
+        metrics::histogram!("hookgate_intake_seconds", "pipeline" => pipeline.to_owned())
+            .record(started.elapsed().as_secs_f64());
+        outcome
+    }
+
+    async fn intake_inner(&self, incoming: &IncomingDelivery<'_>) -> IntakeOutcome {
         let Some(pipeline) = self.pipelines.get(incoming.pipeline) else {
             return IntakeOutcome::UnknownPipeline;
         };

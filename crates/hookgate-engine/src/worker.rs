@@ -135,7 +135,7 @@ impl Worker {
                     error: Some(reason.clone()),
                     ..finish(state::DEAD, "prepare", "dead", &Answer::default())
                 };
-                store.finish(item, None, &finish, now_ms()).await?;
+                self.finish(item, None, &finish, now_ms()).await?;
                 return Ok(());
             }
         };
@@ -155,7 +155,7 @@ impl Worker {
                 error: Some(reason),
                 ..finish(state::SKIPPED_STALE, "version_check", "skipped_stale", &Answer::default())
             };
-            store.finish(item, attempt, &finish, now_ms()).await?;
+            self.finish(item, attempt, &finish, now_ms()).await?;
             return Ok(());
         }
 
@@ -165,7 +165,7 @@ impl Worker {
                 error: Some(reason),
                 ..finish(state::DEAD, "prepare", "dead", &Answer::default())
             };
-            store.finish(item, None, &finish, now_ms()).await?;
+            self.finish(item, None, &finish, now_ms()).await?;
             return Ok(());
         };
         let request = UpsertRequest {
@@ -194,7 +194,7 @@ impl Worker {
                         applied_version: item.version.clone(),
                         ..finish(state::DONE, "lookup", "reconciled", &answer)
                     };
-                    store.finish(item, Some(attempt), &finish, now_ms()).await?;
+                    self.finish(item, Some(attempt), &finish, now_ms()).await?;
                     return Ok(());
                 }
                 Reconciled::NotApplied => {}
@@ -206,7 +206,7 @@ impl Worker {
                         true,
                         "lookup",
                     );
-                    store.finish(item, Some(attempt), &finish, now_ms()).await?;
+                    self.finish(item, Some(attempt), &finish, now_ms()).await?;
                     return Ok(());
                 }
             }
@@ -281,13 +281,31 @@ impl Worker {
                 self.retry_or_dead(item, &pipeline.compiled.delivery, &error, false, action)
             }
         };
-        if !store.finish(item, Some(attempt), &finish, now_ms()).await? {
+        if !self.finish(item, Some(attempt), &finish, now_ms()).await? {
             tracing::warn!(
                 item = item.id,
                 "lease lost during the call; the next holder reconciles"
             );
         }
         Ok(())
+    }
+
+    /// Records an attempt's end through the store, and counts it.
+    async fn finish(
+        &self,
+        item: &LeasedItem,
+        attempt: Option<i64>,
+        finish: &Finish,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let recorded = self.gateway.store.finish(item, attempt, finish, now).await?;
+        if recorded {
+            metrics::counter!("hookgate_attempts_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "outcome" => finish.outcome.clone()).increment(1);
+            if finish.state != state::PENDING {
+                metrics::counter!("hookgate_writes_finished_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "state" => finish.state).increment(1);
+            }
+        }
+        Ok(recorded)
     }
 
     /// Loads the event and renders its target. The inner error is a reason to dead-letter.

@@ -1,7 +1,7 @@
 //! The only crate that speaks HTTP inbound.
 //!
 //! Routes: `POST /hooks/{pipeline}` (intake), `GET /healthz` (the process is up), `GET /readyz`
-//! (the database answers and its migrations are applied).
+//! (the database answers and its migrations are applied), `GET /metrics` (Prometheus text).
 //!
 //! The edge reads the raw body under a size limit and a read timeout, hands the bytes to the
 //! engine untouched, and maps the engine's outcome to a status code and a small JSON body.
@@ -38,6 +38,8 @@ pub struct ServerConfig {
     /// Without it the URL is rebuilt from the `Host` header, which is wrong behind a proxy
     /// that rewrites it.
     pub public_url: Option<String>,
+    /// Renders `/metrics`; without it the route answers 404.
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
 impl Default for ServerConfig {
@@ -47,6 +49,7 @@ impl Default for ServerConfig {
             header_bytes_max: 32 * 1024,
             read_timeout: Duration::from_secs(30),
             public_url: None,
+            metrics: None,
         }
     }
 }
@@ -63,6 +66,7 @@ pub fn router(gateway: Gateway, config: ServerConfig) -> Router {
         .route("/hooks/{pipeline}", post(intake))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
         .with_state(state)
 }
 
@@ -184,6 +188,22 @@ fn public_url(config: &ServerConfig, headers: &HeaderMap, uri: &axum::http::Uri)
 
 async fn healthz() -> Response {
     answer(StatusCode::OK, json!({"status": "ok"}))
+}
+
+/// Prometheus text: the counters and histograms the engine records, and the writes still to do.
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    let Some(handle) = &state.config.metrics else {
+        return answer(StatusCode::NOT_FOUND, json!({"status": "metrics_disabled"}));
+    };
+    match state.gateway.store().unfinished_items().await {
+        Ok(count) => metrics::gauge!("hookgate_writes_unfinished").set(count as f64),
+        Err(error) => tracing::warn!(error = %error, "cannot count unfinished writes for /metrics"),
+    }
+    let mut response = handle.render().into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    response
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

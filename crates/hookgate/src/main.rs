@@ -275,6 +275,8 @@ async fn run(command: Command) -> Result<()> {
                     header_bytes_max: serve.header_limit_bytes,
                     read_timeout: Duration::from_secs(serve.read_timeout_secs),
                     public_url: serve.public_url,
+                    // Installed by `serve::start`, which owns the process's recorder.
+                    metrics: None,
                 },
                 store: database.store_options(),
                 workers: work.config()?,

@@ -12,6 +12,7 @@ use hookgate_pipeline::Instances;
 use hookgate_server::ServerConfig;
 use hookgate_store::{Store, StoreOptions};
 use hookgate_verify::Verifier;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -20,6 +21,30 @@ use crate::{connectors, secrets};
 
 /// How often retention runs.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// How often the metrics recorder drains its histograms (nothing else drives it: we serve
+/// `/metrics` ourselves instead of the exporter's listener).
+const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Seconds: intake latency buckets, from a fast commit to a slow database.
+const INTAKE_BUCKETS: &[f64] =
+    &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+/// The process's metrics recorder, installed on first use.
+fn metrics_handle() -> Option<PrometheusHandle> {
+    static HANDLE: std::sync::OnceLock<Option<PrometheusHandle>> = std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("hookgate_intake_seconds".into()),
+                    INTAKE_BUCKETS,
+                )
+                .ok()?
+                .install_recorder()
+                .ok()
+        })
+        .clone()
+}
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -67,13 +92,26 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
     let mut tasks = Vec::new();
     let mut address = None;
 
+    let metrics = metrics_handle();
+    if let Some(handle) = metrics.clone() {
+        let shutdown = stopped(receiver.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut shutdown = std::pin::pin!(shutdown);
+            loop {
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    () = tokio::time::sleep(METRICS_UPKEEP_INTERVAL) => handle.run_upkeep(),
+                }
+            }
+        }));
+    }
     if let Some(listen) = options.listen {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         address = Some(listener.local_addr()?);
-        let (gateway, config, shutdown) =
-            (gateway.clone(), options.server.clone(), stopped(receiver.clone()));
+        let config = ServerConfig { metrics, ..options.server.clone() };
+        let (gateway, shutdown) = (gateway.clone(), stopped(receiver.clone()));
         tasks.push(tokio::spawn(async move {
             if let Err(error) = hookgate_server::serve(listener, gateway, config, shutdown).await {
                 tracing::error!(%error, "the intake server failed");
