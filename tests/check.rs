@@ -329,3 +329,58 @@ fn connector_settings_schemas_in_the_repository_are_fresh() {
         );
     }
 }
+
+#[test]
+fn sign_prints_the_headers_a_fixture_needs() {
+    // The shipped fixture's signature was computed independently (Python's hmac); `sign` must
+    // produce the same header for the same body and secret.
+    let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args([
+            "sign",
+            "pipelines/crm-partner.yaml",
+            "--body",
+            "pipelines/crm-partner/update-1000.json",
+        ])
+        .current_dir(root())
+        .env("CRM_PARTNER_SECRET", "crm-partner-test-secret")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let printed = stdout(&output);
+    let fixture =
+        std::fs::read_to_string(root().join("pipelines/crm-partner/patient-update.yaml")).unwrap();
+    let line = printed.trim();
+    assert!(line.starts_with("X-Hub-Signature-256: sha256="), "{printed}");
+    assert!(fixture.contains(line), "`{line}` is not the fixture's header");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args([
+            "sign",
+            "pipelines/stripe.yaml",
+            "--body",
+            "pipelines/stripe/customer-created.json",
+            "--timestamp",
+            "1533204620",
+        ])
+        .current_dir(root())
+        .env("STRIPE_WEBHOOK_SECRET", "webhook_secret")
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&output),
+        "Stripe-Signature: t=1533204620,v1=2220f87ef101a04665f11cdf770523143f875572008577fa0f20882ddb9cc3c7\n",
+        "stripe-dotnet's published signature"
+    );
+
+    let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["sign", "pipelines/stripe.yaml", "--body", "pipelines/stripe/customer-created.json"])
+        .current_dir(root())
+        .env_remove("STRIPE_WEBHOOK_SECRET")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("environment variable `STRIPE_WEBHOOK_SECRET` is not set")
+    );
+}

@@ -388,6 +388,87 @@ impl Verifier {
     }
 }
 
+/// What a signer needs besides the body: the parts some schemes sign.
+#[derive(Debug, Clone, Copy)]
+pub struct SignInput<'a> {
+    pub method: &'a str,
+    pub url: &'a str,
+    pub body: &'a [u8],
+    /// Unix seconds, for timestamped schemes.
+    pub timestamp_secs: i64,
+    /// The message id, for Standard Webhooks.
+    pub message_id: &'a str,
+}
+
+impl Verifier {
+    /// The headers a sender of this scheme would send with `input.body`, signed with the first
+    /// configured secret: for writing fixtures and for tests. Verifying them at
+    /// `input.timestamp_secs` succeeds.
+    pub fn sign(&self, input: &SignInput<'_>) -> Vec<(String, String)> {
+        let key = self.keys[0].expose();
+        let ts = input.timestamp_secs.to_string();
+        let mac = |parts: &[&[u8]]| compute_mac(Algorithm::Sha256, key, parts);
+        let header = |name: &str, value: String| (name.to_owned(), value);
+        match &self.scheme {
+            Scheme::Github => vec![header(
+                "X-Hub-Signature-256",
+                format!("sha256={}", hex::encode(mac(&[input.body]))),
+            )],
+            Scheme::Stripe => {
+                let signature = hex::encode(mac(&[ts.as_bytes(), b".", input.body]));
+                vec![header("Stripe-Signature", format!("t={ts},v1={signature}"))]
+            }
+            Scheme::StandardWebhooks => {
+                let id = input.message_id;
+                let signature = Encoding::Base64.encode(&mac(&[
+                    id.as_bytes(),
+                    b".",
+                    ts.as_bytes(),
+                    b".",
+                    input.body,
+                ]));
+                vec![
+                    header("webhook-id", id.to_owned()),
+                    header("webhook-timestamp", ts),
+                    header("webhook-signature", format!("v1,{signature}")),
+                ]
+            }
+            Scheme::Shopify => {
+                vec![header("X-Shopify-Hmac-Sha256", Encoding::Base64.encode(&mac(&[input.body])))]
+            }
+            Scheme::Slack => {
+                let signature = hex::encode(mac(&[b"v0:", ts.as_bytes(), b":", input.body]));
+                vec![
+                    header("X-Slack-Request-Timestamp", ts),
+                    header("X-Slack-Signature", format!("v0={signature}")),
+                ]
+            }
+            Scheme::HubspotV3 => {
+                let ms = input.timestamp_secs.saturating_mul(1000).to_string();
+                let parts: [&[u8]; 4] =
+                    [input.method.as_bytes(), input.url.as_bytes(), input.body, ms.as_bytes()];
+                vec![
+                    header("X-HubSpot-Request-Timestamp", ms.clone()),
+                    header("X-HubSpot-Signature-v3", Encoding::Base64.encode(&mac(&parts))),
+                ]
+            }
+            Scheme::Hmac(generic) => {
+                let digest = |parts: &[&[u8]]| {
+                    let mac = compute_mac(generic.algorithm, key, parts);
+                    format!("{}{}", generic.prefix, generic.encoding.encode(&mac))
+                };
+                match &generic.signed {
+                    SignedContent::Body => vec![header(&generic.header, digest(&[input.body]))],
+                    SignedContent::TimestampAndBody { timestamp_header, separator } => {
+                        let signature = digest(&[ts.as_bytes(), separator.as_bytes(), input.body]);
+                        vec![header(timestamp_header, ts), header(&generic.header, signature)]
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// HMAC of the concatenation of `parts` under `key`.
 pub fn compute_mac(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     match algorithm {

@@ -8,6 +8,7 @@
 //! - [`connectors`]: connector instances built from `hookgate.yaml`.
 //! - [`events`]: the evidence, rendered for operators.
 //! - [`demo`]: the whole path on embedded defaults, shown.
+//! - [`sign`]: signature headers for fixtures.
 //! - [`check`]: `hookgate check` (and `cargo xtask check`): pipelines, connector instances,
 //!   secrets and fixtures, reported like a compiler.
 
@@ -18,3 +19,4 @@ pub mod events;
 pub mod files;
 pub mod secrets;
 pub mod serve;
+pub mod sign;

@@ -78,6 +78,28 @@ enum Command {
         #[command(subcommand)]
         command: CrmCommand,
     },
+    /// Print the signature headers a sender would send with a body, for writing fixtures.
+    ///
+    /// Signs with the pipeline's first secret (from its environment variable or file), at
+    /// `--timestamp` (default: now) for timestamped schemes.
+    Sign {
+        /// The pipeline file.
+        pipeline: PathBuf,
+        /// The body, byte for byte.
+        #[arg(long)]
+        body: PathBuf,
+        /// Unix seconds to sign at.
+        #[arg(long)]
+        timestamp: Option<i64>,
+        /// The message id (Standard Webhooks).
+        #[arg(long, default_value = "msg_fixture")]
+        message_id: String,
+        /// The URL the sender calls (URL-signed schemes).
+        #[arg(long, default_value = "https://hookgate.example/hooks")]
+        url: String,
+        #[arg(long, default_value = "POST")]
+        method: String,
+    },
     /// Run the whole path on embedded defaults (SQLite, a faulty mock CRM, the shipped
     /// pipelines) and show every delivery becoming exactly one CRM effect, with evidence.
     Demo {
@@ -232,6 +254,26 @@ impl WorkArgs {
 fn main() -> ExitCode {
     hookgate_connector_http::install_crypto_provider();
     let cli = Cli::parse();
+    if let Command::Sign { pipeline, body, timestamp, message_id, url, method } = &cli.command {
+        let input = hookgate::sign::Input {
+            pipeline,
+            body,
+            timestamp: *timestamp,
+            message_id,
+            url,
+            method,
+        };
+        return match hookgate::sign::run(&input) {
+            Ok(headers) => {
+                print!("{headers}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Command::Check { config } = cli.command {
         let options = Options {
             paths: config.pipelines,
@@ -263,7 +305,7 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Check { .. } => unreachable!("handled without a runtime"),
+        Command::Check { .. } | Command::Sign { .. } => unreachable!("handled without a runtime"),
         Command::Serve { config, database, serve, work } => {
             serve::run(ServeOptions {
                 database_url: database.database_url.clone(),
