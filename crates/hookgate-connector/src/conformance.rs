@@ -90,10 +90,14 @@ async fn lookup(connector: &dyn Connector, request: &UpsertRequest) -> LookupOut
         .unwrap_or_else(|e| panic!("lookup of {} failed: {e}", request.external_id_value))
 }
 
-/// Create then update one external id gives one record; a repeat creates nothing new; lookup
-/// finds what upsert wrote, and nothing for an unknown id.
+/// A healthy CRM passes the healthcheck; create then update one external id gives one record;
+/// a repeat creates nothing new; lookup finds what upsert wrote, and nothing for an unknown id.
 pub async fn upsert_semantics(harness: &dyn Harness) {
     let connector = harness.connector(None).await;
+    connector
+        .healthcheck()
+        .await
+        .unwrap_or_else(|e| panic!("the healthcheck of a healthy CRM failed: {e}"));
     let external_id = format!("conformance-{:08x}", std::process::id() ^ 0x5eed);
     let create = request(harness, &external_id, "first", "conformance-1");
     let created = connector.upsert(&create).await.unwrap_or_else(|e| panic!("create failed: {e}"));

@@ -100,6 +100,7 @@ impl FakeHubSpot {
         let router = Router::new()
             .route("/crm/v3/objects/{object}/batch/upsert", post(batch_upsert))
             .route("/crm/v3/objects/{object}/search", post(search))
+            .route("/crm/v3/objects/{object}", get(list))
             .route("/crm/v3/objects/{object}/{id}", get(read).patch(update))
             .with_state(Arc::clone(&state));
         let running = crate::spawn(listener, base_url.clone(), router);
@@ -380,6 +381,29 @@ fn find(state: &HubSpotState, object: &str, id: &str, id_property: Option<&str>)
                 None => r.id.to_string() == id,
             }
     })
+}
+
+/// A page of records, as `GET /crm/v3/objects/{type}?limit=N` answers.
+async fn list(
+    State(shared): State<Arc<Mutex<HubSpotState>>>,
+    Path(object): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let mut state = shared.lock().expect("lock");
+    let limits = match admit(&mut state, &headers) {
+        Ok(limits) => limits,
+        Err(response) => return response,
+    };
+    let limit = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(10usize);
+    let results: Vec<Value> = state
+        .records
+        .iter()
+        .filter(|r| r.object == object)
+        .take(limit)
+        .map(|r| record_json(r, None))
+        .collect();
+    with_headers(Json(json!({"results": results})).into_response(), &limits)
 }
 
 async fn read(
