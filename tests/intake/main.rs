@@ -237,7 +237,8 @@ async fn two_server_processes_on_one_postgres_accept_an_event_once() {
 
 #[tokio::test]
 async fn a_server_killed_mid_stream_loses_nothing_it_acknowledged() {
-    const DELIVERIES: usize = 300;
+    // Far more than are answered before the kill, so the kill always lands mid-stream.
+    const DELIVERIES: usize = 600;
     const KILL_AFTER: usize = 120;
     for database in Database::both().await {
         let backend = database.name();
@@ -279,10 +280,16 @@ async fn a_server_killed_mid_stream_loses_nothing_it_acknowledged() {
                 })
             })
             .collect();
-        let killed = eventually(Duration::from_secs(60), || {
-            let answered = answered.load(std::sync::atomic::Ordering::SeqCst);
-            async move { answered >= KILL_AFTER }
-        })
+        let killed = async {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while answered.load(std::sync::atomic::Ordering::SeqCst) < KILL_AFTER {
+                if tokio::time::Instant::now() > deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            true
+        }
         .await;
         assert!(killed, "{backend}: the stream never reached {KILL_AFTER} answers");
         server.kill();
@@ -365,6 +372,14 @@ async fn database_unreachable_answers_503_then_recovers_by_itself() {
     );
 
     proxy.cut().await;
+    // Readiness stores nothing: wait on it until the server has noticed the cut, so that the
+    // delivery below meets the outage (and nothing it answers 2xx meanwhile is miscounted).
+    let noticed = eventually(Duration::from_secs(10), || async {
+        client.get(server.url("/readyz")).send().await.unwrap().status()
+            == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
+    assert!(noticed, "readiness still passes 10 s after the database was cut off");
     let response = partner("P-2", "2026-03-01T10:00:00Z", "a").send(&client, &server).await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.headers()["retry-after"], "5");
@@ -503,12 +518,12 @@ async fn sigterm_finishes_the_request_in_flight_then_exits() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     server.terminate();
-    tokio::time::sleep(Duration::from_millis(300)).await;
     // New connections are refused while the one in flight completes.
-    assert!(
-        client().get(server.url("/healthz")).send().await.is_err(),
-        "still accepting after SIGTERM"
-    );
+    let refusing = eventually(Duration::from_secs(10), || async {
+        client().get(server.url("/healthz")).send().await.is_err()
+    })
+    .await;
+    assert!(refusing, "still accepting 10 s after SIGTERM");
     stream.write_all(rest).await.unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).await.unwrap();
