@@ -191,12 +191,14 @@ impl Verifier {
     /// present, then timestamp window, then signature.
     pub fn verify(&self, request: &Request<'_>, now: Clock) -> Result<Verified, Rejection> {
         match &self.scheme {
-            Scheme::Github => self.verify_single(request, "x-hub-signature-256", "sha256=", None),
+            Scheme::Github => {
+                self.verify_body(request, "x-hub-signature-256", "sha256=", Encoding::Hex)
+            }
             Scheme::Shopify => {
                 if request.body.is_empty() {
                     return Err(Rejection::EmptyBody);
                 }
-                self.verify_single(request, "x-shopify-hmac-sha256", "", None)
+                self.verify_body(request, "x-shopify-hmac-sha256", "", Encoding::Base64)
             }
             Scheme::Slack => {
                 let ts = request.required_text("x-slack-request-timestamp")?;
@@ -220,20 +222,17 @@ impl Verifier {
         }
     }
 
-    fn verify_single(
+    /// One header carrying `prefix + encode(HMAC-SHA256(body))`, no timestamp.
+    fn verify_body(
         &self,
         request: &Request<'_>,
         header: &str,
         prefix: &str,
-        timestamp_secs: Option<i64>,
+        encoding: Encoding,
     ) -> Result<Verified, Rejection> {
         let sig = request.required_text(header)?;
-        let (algorithm, encoding) = match &self.scheme {
-            Scheme::Shopify => (Algorithm::Sha256, Encoding::Base64),
-            _ => (Algorithm::Sha256, Encoding::Hex),
-        };
-        self.match_any(&[request.body], std::iter::once(sig), prefix, algorithm, encoding)
-            .map(|i| Verified { secret_index: i, timestamp_secs })
+        self.match_any(&[request.body], std::iter::once(sig), prefix, Algorithm::Sha256, encoding)
+            .map(|i| Verified { secret_index: i, timestamp_secs: None })
     }
 
     fn verify_stripe(&self, request: &Request<'_>, now: Clock) -> Result<Verified, Rejection> {
