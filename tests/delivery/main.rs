@@ -97,6 +97,10 @@ fn outcomes(attempts: &[hookgate_store::AttemptRecord]) -> Vec<String> {
     attempts.iter().map(|a| a.outcome.clone().unwrap_or_else(|| "(unfinished)".into())).collect()
 }
 
+fn actions(attempts: &[hookgate_store::AttemptRecord]) -> Vec<String> {
+    attempts.iter().map(|a| a.action.clone().unwrap_or_default()).collect()
+}
+
 #[tokio::test]
 async fn transient_failures_are_retried_until_success() {
     for database in Database::both().await {
@@ -285,8 +289,9 @@ async fn a_lost_response_is_reconciled_without_a_second_write() {
         let item = &store.outbox_for(event).await.unwrap()[0];
         assert_eq!((item.state.as_str(), item.attempts), ("done", 1), "{}", database.name());
         let attempts = store.attempts_for(event).await.unwrap();
-        assert_eq!(outcomes(&attempts), ["reconciled"]);
-        assert_eq!(attempts[0].action.as_deref(), Some("upsert+lookup"));
+        assert_eq!(outcomes(&attempts), ["ambiguous", "reconciled"], "every call is evidence");
+        assert_eq!(actions(&attempts), ["upsert", "lookup"]);
+        assert_eq!(attempts[1].attempt, 1, "both calls belong to the first attempt");
         assert_eq!(crm.effects().await.len(), 1, "the lookup saw the write; it was not repeated");
         store.close().await;
         drop(server);
@@ -304,7 +309,8 @@ async fn a_call_that_times_out_is_treated_as_unknown_and_reconciled() {
         let event = accept(&client(), &server, &order("o-1", "C-1", 1, "paid")).await;
         drained(&store).await;
         let attempts = store.attempts_for(event).await.unwrap();
-        assert_eq!(outcomes(&attempts), ["reconciled"], "{}", database.name());
+        assert_eq!(outcomes(&attempts), ["ambiguous", "reconciled"], "{}", database.name());
+        assert_eq!(actions(&attempts), ["upsert", "lookup"]);
         assert!(
             attempts[0].error.as_deref().unwrap().contains("no answer within 1s"),
             "{:?}",
@@ -357,7 +363,7 @@ async fn a_worker_killed_mid_call_is_taken_over_after_its_lease_and_the_effect_h
             .arg("--lease-ms")
             .arg("3000")
             .arg("--call-timeout-ms")
-            .arg("2500")
+            .arg("2000")
             .start();
         let store = database.store().await;
         let event = accept(&client(), &first, &order("o-1", "C-1", 1, "paid")).await;
@@ -380,13 +386,14 @@ async fn a_worker_killed_mid_call_is_taken_over_after_its_lease_and_the_effect_h
             .arg("--lease-ms")
             .arg("3000")
             .arg("--call-timeout-ms")
-            .arg("2500")
+            .arg("2000")
             .start_workers();
         drained(&store).await;
         let item = &store.outbox_for(event).await.unwrap()[0];
         assert_eq!((item.state.as_str(), item.attempts), ("done", 2), "{backend}");
         let attempts = store.attempts_for(event).await.unwrap();
         assert_eq!(outcomes(&attempts), ["(unfinished)", "reconciled"], "{backend}");
+        assert_eq!(actions(&attempts), ["upsert", "lookup"], "{backend}: looked up before writing");
         assert_ne!(attempts[0].worker, attempts[1].worker, "another worker completed it");
         assert_eq!(crm.effects().await.len(), 1, "{backend}: exactly one effect");
         let _ = second.kill();
@@ -511,5 +518,26 @@ fn the_demo_shows_one_effect_per_write() {
         "Every write that was done had exactly one CRM effect",
     ] {
         assert!(text.contains(expected), "`{expected}` missing from\n{text}");
+    }
+}
+
+#[test]
+fn a_lease_that_cannot_cover_a_call_is_refused_naming_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("never.db").display());
+    for subcommand in ["serve", "work"] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args([subcommand, "--database-url", &database, "--call-timeout-ms", "2500"])
+            .env("HOOKGATE_LEASE_MS", "3000")
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{subcommand} started");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("--lease-ms (3000) and --call-timeout-ms (2500): a lease of 3000 ms cannot cover a CRM call of up to 2500 ms"),
+            "{subcommand}: {stderr}"
+        );
+        assert!(!dir.path().join("never.db").exists(), "refused before anything was opened");
     }
 }

@@ -28,7 +28,7 @@ use hookgate_verify::{Clock, Rejection, Request, Verifier};
 
 mod worker;
 
-pub use worker::{Connectors, Worker, WorkerConfig, backoff};
+pub use worker::{Connectors, LEASE_MARGIN, Worker, WorkerConfig, backoff};
 
 /// Headers never stored, whatever the scheme: they carry credentials.
 const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
@@ -215,6 +215,7 @@ impl Gateway {
         };
 
         let version = identity.ordering.as_ref().map(|o| o.version.sort_key());
+        let version_text = identity.ordering.as_ref().map(|o| o.version.to_string());
         let outbox = due
             .into_iter()
             .map(|(index, entity)| NewOutboxItem {
@@ -222,6 +223,7 @@ impl Gateway {
                 target_index: i64::try_from(index).unwrap_or(i64::MAX),
                 entity,
                 version: version.clone(),
+                version_text: version_text.clone(),
             })
             .collect();
         let new = NewDelivery {

@@ -1,19 +1,27 @@
 //! Delivery: leased workers that turn outbox items into CRM writes.
 //!
 //! # One item, from lease to outcome
-//! 1. Lease it (an expiry bounds how long a dead worker can hold it).
-//! 2. Version guard: an item whose version is not newer than the entity's last applied version
-//!    is `skipped_stale`, never written.
-//! 3. Record the attempt's start; the item is *in doubt* until the attempt ends.
-//! 4. If a previous attempt ended in doubt (a timeout, a lost answer, a worker killed mid-call),
-//!    look the record up first: if the CRM already shows the write, it is `done`.
-//! 5. Render the target from the stored raw payload and call the connector, under a timeout.
-//! 6. Classify: success → `done`; retryable, rate-limited or misconfigured → retry with
+//! 1. Lease it: the store leases the *head* of an entity under the entity's lease (see
+//!    `hookgate_store` for the rule: an item in doubt is settled before anything else of its
+//!    entity is written).
+//! 2. Version guard: an item whose version is not newer than the entity's last applied version,
+//!    or older than a write dead-lettered in doubt, is `skipped_stale`, never written.
+//! 3. If a previous write of the item is in doubt (a timeout, a lost answer, a worker killed
+//!    mid-call), look the record up first: if the CRM already shows the write, it is `done`;
+//!    if the lookup fails, the item waits and looks again, with backoff, and blocks its entity.
+//! 4. Render the target from the stored raw payload and call the connector.
+//! 5. Classify: success → `done`; retryable, rate-limited or misconfigured → retry with
 //!    exponential backoff and jitter, no earlier than the CRM's retry-after, or dead-letter
 //!    when attempts are exhausted; rejected → dead-letter; ambiguous → look up at once, then
 //!    `done` or retry.
-//! 7. Finish, fenced by the lease: a worker whose lease expired cannot overwrite the work of
-//!    the one that took over.
+//! 6. Finish, fenced by the lease: a worker whose lease was taken over cannot overwrite the
+//!    work of the one that took it.
+//!
+//! # Leases outlive calls
+//! Before every CRM call the lease is renewed to a full lease period, and the call is given at
+//! most the time left on it minus [`LEASE_MARGIN`]; a worker that cannot renew makes no call.
+//! So no call of a worker is still running when another worker may take its entity over
+//! (given clocks that agree within the margin), however many calls an attempt makes.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,7 +33,7 @@ use hookgate_connector::{
 };
 use hookgate_pipeline::evaluate::{Delivery, Upsert};
 use hookgate_pipeline::model::DeliveryPolicy;
-use hookgate_store::{Finish, LeasedItem, StoreError, state};
+use hookgate_store::{AppliedVersion, Call, CallKind, Finish, LeasedItem, StoreError, state};
 use rand::Rng;
 use tokio::task::JoinSet;
 
@@ -38,18 +46,39 @@ pub type Connectors = HashMap<String, Arc<dyn Connector>>;
 /// park an item for a day without an operator noticing.
 const RETRY_AFTER_MAX: Duration = Duration::from_secs(3600);
 
+/// How much longer than a CRM call its lease must last: the time to record the call's outcome,
+/// and room for clocks that differ between gateway hosts.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Names this process's leases in evidence.
     pub worker_id: String,
     /// Items worked on at once by this process.
     pub concurrency: usize,
-    /// How long a lease lasts; must exceed `call_timeout` so a live call never loses its lease.
+    /// How long a lease lasts from its last renewal; renewed before each CRM call, it must
+    /// cover one call plus [`LEASE_MARGIN`]. A dead worker's entities wait this long.
     pub lease: Duration,
     /// How long a CRM call may take before its outcome is treated as unknown.
     pub call_timeout: Duration,
     /// How long to sleep when there is nothing to do.
     pub idle_poll: Duration,
+}
+
+impl WorkerConfig {
+    /// Refuses a lease that cannot cover one CRM call and the recording of its outcome.
+    pub fn check(&self) -> Result<(), String> {
+        if self.lease < self.call_timeout + LEASE_MARGIN {
+            return Err(format!(
+                "a lease of {} ms cannot cover a CRM call of up to {} ms: the lease is renewed before \
+                 each call and must outlast it by {} ms",
+                self.lease.as_millis(),
+                self.call_timeout.as_millis(),
+                LEASE_MARGIN.as_millis()
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for WorkerConfig {
@@ -73,8 +102,12 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// # Panics
+    /// When `config` fails [`WorkerConfig::check`]: callers check configuration first.
     pub fn new(gateway: Gateway, connectors: Connectors, config: WorkerConfig) -> Worker {
-        assert!(config.lease > config.call_timeout, "a lease must outlive the call it covers");
+        if let Err(problem) = config.check() {
+            panic!("{problem}");
+        }
         Worker { gateway, connectors: Arc::new(connectors), config: Arc::new(config) }
     }
 
@@ -103,12 +136,20 @@ impl Worker {
         while in_hand.join_next().await.is_some() {}
     }
 
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+
     async fn lease(&self, free: usize) -> Vec<LeasedItem> {
         let now = now_ms();
-        let expires = now + i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX);
         let owner = format!("{}/{:08x}", self.config.worker_id, rand::random::<u32>());
         let limit = i64::try_from(free).unwrap_or(1);
-        match self.gateway.store.lease(&owner, now, expires, limit).await {
+        match self
+            .gateway
+            .store
+            .lease(&owner, now, now.saturating_add(self.lease_ms()), limit)
+            .await
+        {
             Ok(items) => items,
             Err(error) => {
                 tracing::warn!(error = %error, "leasing failed; retrying after the idle poll");
@@ -118,7 +159,7 @@ impl Worker {
     }
 
     /// Works one item to its next state. Database failures leave the item leased: when the
-    /// lease expires it is picked up again, in doubt, and reconciled.
+    /// lease expires it is picked up again (in doubt if a write had begun) and reconciled.
     pub async fn process(&self, item: LeasedItem) {
         if let Err(error) = self.try_process(&item).await {
             tracing::warn!(item = item.id, event_id = item.event_id, error = %error, "could not record an outcome");
@@ -126,47 +167,32 @@ impl Worker {
     }
 
     async fn try_process(&self, item: &LeasedItem) -> Result<(), StoreError> {
-        let store = &self.gateway.store;
+        let mut attempt = Attempt { item, calls: Vec::new(), open: None };
         let (pipeline, upsert) = match self.prepare(item).await? {
             Ok(prepared) => prepared,
             Err(reason) => {
                 tracing::error!(item = item.id, event_id = item.event_id, %reason, "dead-lettered before any call");
-                let finish = Finish {
-                    error: Some(reason.clone()),
-                    ..finish(state::DEAD, "prepare", "dead", &Answer::default())
-                };
-                self.finish(item, None, &finish, now_ms()).await?;
-                return Ok(());
+                attempt.record("prepare", "dead", &Answer::default(), Some(reason.clone()), None);
+                return self.finish(attempt, outcome(state::DEAD, Some(reason))).await;
             }
         };
 
-        if let Some(version) = &item.version
-            && let Some(applied) =
-                store.entity_version(&item.pipeline, &item.target, &item.entity).await?
-            && applied >= *version
-        {
-            let reason = format!(
-                "version {version} is not newer than {applied}, already applied to {}",
-                item.entity
-            );
+        if let Some(reason) = self.stale(item).await? {
             tracing::info!(item = item.id, event_id = item.event_id, %reason, "skipped stale");
-            let attempt = store.start_attempt(item, "version_check", now_ms()).await?;
-            let finish = Finish {
-                error: Some(reason),
-                ..finish(state::SKIPPED_STALE, "version_check", "skipped_stale", &Answer::default())
-            };
-            self.finish(item, attempt, &finish, now_ms()).await?;
-            return Ok(());
+            attempt.record(
+                "version_check",
+                "skipped_stale",
+                &Answer::default(),
+                Some(reason.clone()),
+                None,
+            );
+            return self.finish(attempt, outcome(state::SKIPPED_STALE, Some(reason))).await;
         }
 
         let Some(connector) = self.connectors.get(&upsert.connector).cloned() else {
             let reason = format!("connector instance `{}` is not configured", upsert.connector);
-            let finish = Finish {
-                error: Some(reason),
-                ..finish(state::DEAD, "prepare", "dead", &Answer::default())
-            };
-            self.finish(item, None, &finish, now_ms()).await?;
-            return Ok(());
+            attempt.record("prepare", "dead", &Answer::default(), Some(reason.clone()), None);
+            return self.finish(attempt, outcome(state::DEAD, Some(reason))).await;
         };
         let request = UpsertRequest {
             object: upsert.object.clone(),
@@ -179,133 +205,120 @@ impl Worker {
             },
             idempotency_key: format!("hookgate-{}-{}", item.event_id, item.target),
         };
-        let action = if item.in_doubt { "lookup+upsert" } else { "upsert" };
-        let Some(attempt) = store.start_attempt(item, action, now_ms()).await? else {
-            tracing::info!(item = item.id, "lease lost before the call");
-            return Ok(());
-        };
+        let policy = &pipeline.compiled.delivery;
 
         if item.in_doubt {
-            match self.reconcile(connector.as_ref(), &request).await {
-                Reconciled::Applied { record_id, answer } => {
+            match self.reconcile(&mut attempt, connector.as_ref(), &request).await? {
+                None => return Ok(()),
+                Some(Reconciled::Applied { record_id }) => {
                     tracing::info!(item = item.id, event_id = item.event_id, %record_id, "reconciled: the CRM already shows the write");
-                    let finish = Finish {
-                        record_id: Some(record_id),
-                        applied_version: item.version.clone(),
-                        ..finish(state::DONE, "lookup", "reconciled", &answer)
-                    };
-                    self.finish(item, Some(attempt), &finish, now_ms()).await?;
-                    return Ok(());
+                    return self.finish(attempt, applied(item, record_id)).await;
                 }
-                Reconciled::NotApplied => {}
-                Reconciled::Unknown(error) => {
-                    let finish = self.retry_or_dead(
-                        item,
-                        &pipeline.compiled.delivery,
-                        &error,
-                        true,
-                        "lookup",
-                    );
-                    self.finish(item, Some(attempt), &finish, now_ms()).await?;
-                    return Ok(());
+                Some(Reconciled::NotApplied) => {}
+                Some(Reconciled::Unknown(error)) => {
+                    let finish = self.retry_or_dead(item, policy, &error, true);
+                    return self.finish(attempt, finish).await;
                 }
             }
         }
 
-        let result = match tokio::time::timeout(
-            self.config.call_timeout,
-            connector.upsert(&request),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(ConnectorError::Ambiguous {
-                message: format!("no answer within {:?}", self.config.call_timeout),
-                answer: Answer::default(),
-            }),
+        let Some(budget) = attempt.begin(self, "upsert", CallKind::Write).await? else {
+            return Ok(());
         };
-        let finish = match result {
-            Ok(outcome) => {
-                tracing::info!(item = item.id, event_id = item.event_id, record_id = %outcome.record_id, created = outcome.created, "delivered");
-                Finish {
-                    record_id: Some(outcome.record_id.clone()),
-                    applied_version: item.version.clone(),
-                    ..finish(
-                        state::DONE,
-                        action,
-                        if outcome.created { "created" } else { "updated" },
-                        &outcome.answer,
-                    )
-                }
+        let finish = match within(budget, connector.upsert(&request)).await {
+            Ok(written) => {
+                tracing::info!(item = item.id, event_id = item.event_id, record_id = %written.record_id, created = written.created, "delivered");
+                let name = if written.created { "created" } else { "updated" };
+                attempt.record(
+                    "upsert",
+                    name,
+                    &written.answer,
+                    None,
+                    Some(written.record_id.clone()),
+                );
+                applied(item, written.record_id)
             }
             Err(ConnectorError::Rejected { message, answer }) => {
                 tracing::warn!(item = item.id, event_id = item.event_id, %message, "rejected by the CRM: dead-lettered");
-                Finish {
-                    error: Some(format!("rejected: {message}")),
-                    ..finish(state::DEAD, action, "rejected", &answer)
-                }
+                let error = format!("rejected: {message}");
+                attempt.record("upsert", "rejected", &answer, Some(error.clone()), None);
+                outcome(state::DEAD, Some(error))
             }
             Err(ambiguous @ ConnectorError::Ambiguous { .. }) => {
+                attempt.record_error("upsert", &ambiguous);
                 // The write may have happened: look before writing again.
-                match self.reconcile(connector.as_ref(), &request).await {
-                    Reconciled::Applied { record_id, .. } => {
+                match self.reconcile(&mut attempt, connector.as_ref(), &request).await? {
+                    None => return Ok(()),
+                    Some(Reconciled::Applied { record_id }) => {
                         tracing::info!(
                             item = item.id,
                             event_id = item.event_id,
                             "ambiguous answer reconciled: the write was applied"
                         );
-                        Finish {
-                            record_id: Some(record_id),
-                            applied_version: item.version.clone(),
-                            error: Some(ambiguous.to_string()),
-                            ..finish(state::DONE, "upsert+lookup", "reconciled", ambiguous.answer())
-                        }
+                        applied(item, record_id)
                     }
-                    Reconciled::NotApplied => self.retry_or_dead(
-                        item,
-                        &pipeline.compiled.delivery,
-                        &ambiguous,
-                        false,
-                        "upsert+lookup",
-                    ),
-                    Reconciled::Unknown(_) => self.retry_or_dead(
-                        item,
-                        &pipeline.compiled.delivery,
-                        &ambiguous,
-                        true,
-                        "upsert+lookup",
-                    ),
+                    Some(Reconciled::NotApplied) => {
+                        self.retry_or_dead(item, policy, &ambiguous, false)
+                    }
+                    Some(Reconciled::Unknown(error)) => {
+                        self.retry_or_dead(item, policy, &error, true)
+                    }
                 }
             }
             Err(error) => {
-                self.retry_or_dead(item, &pipeline.compiled.delivery, &error, false, action)
+                attempt.record_error("upsert", &error);
+                self.retry_or_dead(item, policy, &error, false)
             }
         };
-        if !self.finish(item, Some(attempt), &finish, now_ms()).await? {
-            tracing::warn!(
-                item = item.id,
-                "lease lost during the call; the next holder reconciles"
-            );
-        }
-        Ok(())
+        self.finish(attempt, finish).await
     }
 
-    /// Records an attempt's end through the store, and counts it.
-    async fn finish(
-        &self,
-        item: &LeasedItem,
-        attempt: Option<i64>,
-        finish: &Finish,
-        now: i64,
-    ) -> Result<bool, StoreError> {
-        let recorded = self.gateway.store.finish(item, attempt, finish, now).await?;
-        if recorded {
-            metrics::counter!("hookgate_attempts_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "outcome" => finish.outcome.clone()).increment(1);
-            if finish.state != state::PENDING {
-                metrics::counter!("hookgate_writes_finished_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "state" => finish.state).increment(1);
-            }
+    /// Why an item must not be written because of its version, if so.
+    async fn stale(&self, item: &LeasedItem) -> Result<Option<String>, StoreError> {
+        let Some(version) = &item.version else { return Ok(None) };
+        let text = item.version_text.as_deref().unwrap_or(version);
+        let guard =
+            self.gateway.store.entity_guard(&item.pipeline, &item.target, &item.entity).await?;
+        if let Some(applied) = guard.applied.filter(|a| a.sort_key >= *version) {
+            return Ok(Some(format!(
+                "version {text} is not newer than {}, already applied to {}",
+                applied.text, item.entity
+            )));
         }
-        Ok(recorded)
+        if let Some(doubted) = guard.doubted.filter(|d| d.sort_key > *version) {
+            return Ok(Some(format!(
+                "version {text} is older than {}, which may have been applied to {} (dead-lettered in doubt)",
+                doubted.text, item.entity
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Records an attempt's end through the store, and counts its calls.
+    async fn finish(&self, attempt: Attempt<'_>, mut finish: Finish) -> Result<(), StoreError> {
+        let item = attempt.item;
+        finish.calls = attempt.calls;
+        // A dead letter's reason ("attempts exhausted (4): ...") stays in the evidence after a
+        // replay clears the item's last error.
+        if finish.state == state::DEAD
+            && let Some(last) = finish.calls.last_mut()
+        {
+            last.error.clone_from(&finish.error);
+        }
+        if !self.gateway.store.finish(item, &finish, now_ms()).await? {
+            tracing::warn!(
+                item = item.id,
+                "lease lost during the attempt; the next holder reconciles"
+            );
+            return Ok(());
+        }
+        for call in &finish.calls {
+            metrics::counter!("hookgate_attempts_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "outcome" => call.outcome.clone()).increment(1);
+        }
+        if finish.state != state::PENDING {
+            metrics::counter!("hookgate_writes_finished_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "state" => finish.state).increment(1);
+        }
+        Ok(())
     }
 
     /// Loads the event and renders its target. The inner error is a reason to dead-letter.
@@ -341,25 +354,41 @@ impl Worker {
         Ok(rendered.map(|upsert| (pipeline, upsert)))
     }
 
-    async fn reconcile(&self, connector: &dyn Connector, request: &UpsertRequest) -> Reconciled {
+    /// Looks the record up to learn whether a write in doubt was applied. `None`: the lease was
+    /// lost, or cannot cover the lookup; stop.
+    async fn reconcile(
+        &self,
+        attempt: &mut Attempt<'_>,
+        connector: &dyn Connector,
+        request: &UpsertRequest,
+    ) -> Result<Option<Reconciled>, StoreError> {
+        let Some(budget) = attempt.begin(self, "lookup", CallKind::Read).await? else {
+            return Ok(None);
+        };
         let lookup = LookupRequest::from(request);
-        match tokio::time::timeout(self.config.call_timeout, connector.lookup(&lookup)).await {
-            Ok(Ok(LookupOutcome::Found { record_id, fields, answer })) => {
+        let reconciled = match within(budget, connector.lookup(&lookup)).await {
+            Ok(LookupOutcome::Found { record_id, fields, answer }) => {
                 let shows_write =
                     request.fields.iter().all(|(name, value)| fields.get(name) == Some(value));
                 if shows_write {
-                    Reconciled::Applied { record_id, answer }
+                    attempt.record("lookup", "reconciled", &answer, None, Some(record_id.clone()));
+                    Reconciled::Applied { record_id }
                 } else {
+                    let note = "the record does not show this write".to_owned();
+                    attempt.record("lookup", "not_applied", &answer, Some(note), Some(record_id));
                     Reconciled::NotApplied
                 }
             }
-            Ok(Ok(LookupOutcome::NotFound { .. })) => Reconciled::NotApplied,
-            Ok(Err(error)) => Reconciled::Unknown(error),
-            Err(_) => Reconciled::Unknown(ConnectorError::Ambiguous {
-                message: "the lookup timed out".into(),
-                answer: Answer::default(),
-            }),
-        }
+            Ok(LookupOutcome::NotFound { answer }) => {
+                attempt.record("lookup", "not_found", &answer, None, None);
+                Reconciled::NotApplied
+            }
+            Err(error) => {
+                attempt.record_error("lookup", &error);
+                Reconciled::Unknown(error)
+            }
+        };
+        Ok(Some(reconciled))
     }
 
     fn retry_or_dead(
@@ -368,48 +397,144 @@ impl Worker {
         policy: &DeliveryPolicy,
         error: &ConnectorError,
         in_doubt: bool,
-        action: &'static str,
     ) -> Finish {
         let exhausted = item.attempts >= i64::from(policy.attempts_max);
         if exhausted {
             tracing::warn!(item = item.id, event_id = item.event_id, attempts = item.attempts, %error, "attempts exhausted: dead-lettered");
             return Finish {
-                error: Some(format!("attempts exhausted ({}): {error}", item.attempts)),
                 in_doubt,
-                ..finish(state::DEAD, action, error.class(), error.answer())
+                ..outcome(
+                    state::DEAD,
+                    Some(format!("attempts exhausted ({}): {error}", item.attempts)),
+                )
             };
         }
         let delay = backoff(policy, item.attempts, error.retry_after());
-        tracing::info!(item = item.id, event_id = item.event_id, attempt = item.attempts, delay_ms = delay.as_millis() as u64, %error, "will retry");
+        tracing::info!(item = item.id, event_id = item.event_id, attempt = item.attempts, delay_ms = delay.as_millis() as u64, in_doubt, %error, "will retry");
         Finish {
             next_attempt_at_ms: now_ms() + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
             in_doubt,
-            error: Some(error.to_string()),
-            ..finish(state::PENDING, action, error.class(), error.answer())
+            ..outcome(state::PENDING, Some(error.to_string()))
         }
     }
 }
 
+/// One attempt at an item: its calls so far, as evidence.
+struct Attempt<'a> {
+    item: &'a LeasedItem,
+    calls: Vec<Call>,
+    /// The evidence row and start time of the call begun and not yet recorded.
+    open: Option<(i64, i64)>,
+}
+
+impl Attempt<'_> {
+    /// Renews the lease and records the start of a call. Returns how long the call may take:
+    /// the call timeout, or less if the lease ends sooner. `None`: the lease was lost, or it
+    /// cannot cover a call; make none.
+    async fn begin(
+        &mut self,
+        worker: &Worker,
+        action: &'static str,
+        kind: CallKind,
+    ) -> Result<Option<Duration>, StoreError> {
+        let now = now_ms();
+        let expires = now.saturating_add(worker.lease_ms());
+        let Some(start) =
+            worker.gateway.store.begin_call(self.item, action, kind, now, expires).await?
+        else {
+            tracing::info!(item = self.item.id, action, "lease lost before the call");
+            return Ok(None);
+        };
+        self.open = Some((start.row, now));
+        let margin = i64::try_from(LEASE_MARGIN.as_millis()).unwrap_or(i64::MAX);
+        let left_ms = start.lease_expires_at_ms - margin - now_ms();
+        let Ok(left) = u64::try_from(left_ms) else {
+            tracing::warn!(
+                item = self.item.id,
+                action,
+                "the lease cannot cover the call: none made"
+            );
+            return Ok(None);
+        };
+        Ok(Some(worker.config.call_timeout.min(Duration::from_millis(left))))
+    }
+
+    /// Records a call that failed.
+    fn record_error(&mut self, action: &'static str, error: &ConnectorError) {
+        self.record(action, error.class(), error.answer(), Some(error.to_string()), None);
+    }
+
+    /// Records how the open call (or a decision taken without a call) ended.
+    fn record(
+        &mut self,
+        action: &'static str,
+        outcome: &str,
+        answer: &Answer,
+        error: Option<String>,
+        record_id: Option<String>,
+    ) {
+        let now = now_ms();
+        let (row, started_at_ms) = match self.open.take() {
+            Some((row, started)) => (Some(row), started),
+            None => (None, now),
+        };
+        self.calls.push(Call {
+            row,
+            action,
+            started_at_ms,
+            finished_at_ms: now,
+            outcome: outcome.to_owned(),
+            status: answer.status.map(i64::from),
+            excerpt: answer.excerpt.clone(),
+            error,
+            record_id,
+            meta: (!answer.meta.is_empty())
+                .then(|| serde_json::to_string(&answer.meta).unwrap_or_default()),
+        });
+    }
+}
+
+/// A connector call given `budget`: no answer in time is an unknown outcome.
+async fn within<T>(
+    budget: Duration,
+    call: impl Future<Output = Result<T, ConnectorError>>,
+) -> Result<T, ConnectorError> {
+    tokio::time::timeout(budget, call).await.unwrap_or_else(|_| {
+        Err(ConnectorError::Ambiguous {
+            message: format!("no answer within {budget:?}"),
+            answer: Answer::default(),
+        })
+    })
+}
+
 enum Reconciled {
-    Applied { record_id: String, answer: Answer },
+    Applied { record_id: String },
     NotApplied,
     Unknown(ConnectorError),
 }
 
-fn finish(state: &'static str, action: &'static str, outcome: &str, answer: &Answer) -> Finish {
+/// An item's next state with its last error; calls are added by [`Worker::finish`].
+fn outcome(state: &'static str, error: Option<String>) -> Finish {
     Finish {
         state,
         next_attempt_at_ms: 0,
         in_doubt: false,
         record_id: None,
-        error: None,
-        action,
-        outcome: outcome.to_owned(),
-        status: answer.status.map(i64::from),
-        excerpt: answer.excerpt.clone(),
-        meta: (!answer.meta.is_empty())
-            .then(|| serde_json::to_string(&answer.meta).unwrap_or_default()),
-        applied_version: None,
+        error,
+        applied: None,
+        calls: Vec::new(),
+    }
+}
+
+/// The write is in the CRM: `done`, and the entity's version moves forward.
+fn applied(item: &LeasedItem, record_id: String) -> Finish {
+    Finish {
+        record_id: Some(record_id),
+        applied: item.version.as_ref().map(|sort_key| AppliedVersion {
+            sort_key: sort_key.clone(),
+            text: item.version_text.clone().unwrap_or_else(|| sort_key.clone()),
+        }),
+        ..outcome(state::DONE, None)
     }
 }
 

@@ -1,4 +1,24 @@
-//! Delivery: leasing outbox items, recording attempts, finishing items, replay and retention.
+//! Delivery: entity leases, leasing outbox items, recording CRM calls, finishing items, replay
+//! and retention.
+//!
+//! # Entities and their leases
+//! Every item belongs to an entity: (pipeline, target, entity). A worker works on an item only
+//! while it holds its entity's lease (`entities.lease_owner`), so one entity is worked on by one
+//! worker at a time, across processes. The lease owner is a token unique to one lease call, and
+//! it is the fence: beginning a call and finishing an item both require it, so a worker whose
+//! lease was taken over cannot write anything more. A lease is renewed by every
+//! [`Store::begin_call`].
+//!
+//! # The head of an entity
+//! Of an entity's unfinished items (pending or in flight), exactly one may be leased, its head:
+//! - if any unfinished item is *in doubt* (a write was sent and its outcome is unknown), the
+//!   latest in-doubt item (by version, then id): it must be settled, by looking the record up,
+//!   before anything else is written to that record;
+//! - otherwise the earliest item (by version, then id; by id alone without versions).
+//!
+//! An item becomes in doubt only in [`Store::begin_call`] for a write, which needs the entity's
+//! lease, which needs the item to be the head. So while an item is in doubt nothing else of its
+//! entity is written, and lookups compare against a record only that write could have changed.
 
 use sqlx::Row;
 
@@ -13,7 +33,7 @@ pub mod state {
     pub const SKIPPED_STALE: &str = "skipped_stale";
 }
 
-/// An item a worker holds until `lease_expires_at_ms`.
+/// An item a worker holds under its entity's lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeasedItem {
     pub id: i64,
@@ -22,12 +42,51 @@ pub struct LeasedItem {
     pub target: String,
     pub target_index: i64,
     pub entity: String,
+    /// The version's sort key.
     pub version: Option<String>,
-    /// Counting this one.
+    /// The version as the sender wrote it.
+    pub version_text: Option<String>,
+    /// Leases of this item so far, counting this one.
     pub attempts: i64,
-    /// A previous attempt may have written without its answer arriving: look up first.
+    /// A previous write may have reached the CRM without its answer reaching us: look up first.
     pub in_doubt: bool,
+    /// The lease token: the fence for every write about this item.
     pub lease_owner: String,
+    /// When the entity's lease ends unless renewed, by the leasing worker's clock.
+    pub lease_expires_at_ms: i64,
+}
+
+/// A version confirmed applied to an entity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedVersion {
+    pub sort_key: String,
+    pub text: String,
+}
+
+/// What the version guard needs to know about an entity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntityGuard {
+    /// The last version confirmed applied.
+    pub applied: Option<AppliedVersion>,
+    /// The highest version of a write that was dead-lettered while in doubt: it may have been
+    /// applied, so for ordering it counts as if it had.
+    pub doubted: Option<AppliedVersion>,
+}
+
+/// One CRM call of an attempt, or a decision taken without a call, as evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The row [`Store::begin_call`] made for it; `None` records it only at finish.
+    pub row: Option<i64>,
+    pub action: &'static str,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
+    pub outcome: String,
+    pub status: Option<i64>,
+    pub excerpt: Option<String>,
+    pub error: Option<String>,
+    pub record_id: Option<String>,
+    pub meta: Option<String>,
 }
 
 /// How an attempt ended, and what becomes of its item.
@@ -36,17 +95,31 @@ pub struct Finish {
     /// `pending` (retry at `next_attempt_at_ms`), `done`, `dead` or `skipped_stale`.
     pub state: &'static str,
     pub next_attempt_at_ms: i64,
+    /// Whether a write of this item may have reached the CRM unconfirmed.
     pub in_doubt: bool,
     pub record_id: Option<String>,
+    /// The item's last error.
     pub error: Option<String>,
-    /// The attempt's evidence.
-    pub action: &'static str,
-    pub outcome: String,
-    pub status: Option<i64>,
-    pub excerpt: Option<String>,
-    pub meta: Option<String>,
-    /// Record this version as the entity's last applied one.
-    pub applied_version: Option<String>,
+    /// Record this version as the entity's last applied one (it only moves forward).
+    pub applied: Option<AppliedVersion>,
+    /// Every call of the attempt, in order.
+    pub calls: Vec<Call>,
+}
+
+/// A call begun: its evidence row, and the lease's new end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallStart {
+    pub row: i64,
+    pub lease_expires_at_ms: i64,
+}
+
+/// What a call is, for [`Store::begin_call`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// Reads the CRM: the item's doubt is unchanged.
+    Read,
+    /// May change the CRM: the item is in doubt until an outcome says otherwise.
+    Write,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,22 +139,20 @@ pub struct AttemptRecord {
     pub meta: Option<String>,
 }
 
-/// Candidates: due pending items and items whose lease expired, that are the head of their
-/// entity (no other unfinished item of the same entity comes before them) and whose entity no
-/// other worker holds. `$1` owner, `$2` lease expiry, `$3` now, `$4` limit.
-const LEASE_CANDIDATES: &str = "SELECT o.id FROM outbox o \
-    WHERE ((o.state = 'pending' AND o.next_attempt_at_ms <= $3) \
-        OR (o.state = 'in_flight' AND o.lease_expires_at_ms <= $3)) \
-      AND NOT EXISTS (SELECT 1 FROM outbox b \
-        WHERE b.pipeline = o.pipeline AND b.target = o.target AND b.entity = o.entity AND b.id <> o.id \
-          AND b.state IN ('pending', 'in_flight') \
-          AND ((b.state = 'in_flight' AND b.lease_expires_at_ms > $3) \
-            OR b.version < o.version \
-            OR (b.version = o.version AND b.id < o.id) \
-            OR (o.version IS NULL AND b.id < o.id))) \
-    ORDER BY o.next_attempt_at_ms, o.id LIMIT $4";
+/// `o` is the head of its entity (see the module documentation). Versions compare as sort
+/// keys; an item without a version sorts by id alone.
+const HEAD: &str = "NOT EXISTS (SELECT 1 FROM outbox b \
+    WHERE b.pipeline = o.pipeline AND b.target = o.target AND b.entity = o.entity AND b.id <> o.id \
+      AND b.state IN ('pending', 'in_flight') \
+      AND ((b.in_doubt = 1 AND (COALESCE(b.version, ''), b.id) > (COALESCE(o.version, ''), o.id)) \
+        OR (o.in_doubt = 0 AND (COALESCE(b.version, ''), b.id) < (COALESCE(o.version, ''), o.id))))";
 
-const LEASE_RETURNING: &str = "RETURNING id, event_id, pipeline, target, target_index, entity, version, attempts, in_doubt, lease_owner";
+/// Unfinished and due: pending and past its backoff, or in flight under a lease that is gone
+/// (its worker died or stalled).
+const DUE: &str = "(o.state = 'in_flight' OR (o.state = 'pending' AND o.next_attempt_at_ms <= $1))";
+
+const ITEM_COLUMNS: &str = "id, event_id, pipeline, target, target_index, entity, version, version_text, \
+    attempts, in_doubt, lease_owner, lease_expires_at_ms";
 
 /// Recomputes an event's state from its items: pending work, a dead letter, or done.
 const EVENT_STATE: &str = "UPDATE events SET state = CASE \
@@ -89,8 +160,25 @@ const EVENT_STATE: &str = "UPDATE events SET state = CASE \
     WHEN EXISTS (SELECT 1 FROM outbox WHERE event_id = $1 AND state = 'dead') THEN 'dead' \
     ELSE 'done' END WHERE id = $1";
 
+/// `($first, $first+1, $first+2), ...` for `rows` rows of three parameters.
+fn triples(rows: usize, first: usize) -> String {
+    (0..rows)
+        .map(|row| {
+            let n = first + 3 * row;
+            format!("(${n}, ${}, ${})", n + 1, n + 2)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl Store {
-    /// Leases up to `limit` items for `owner` until `lease_expires_at_ms`.
+    /// Leases the heads of up to `limit` entities for `owner` until `lease_expires_at_ms`.
+    ///
+    /// Candidates are read first; then, in one transaction, their entity rows are created if
+    /// missing, the ones nobody holds are claimed (PostgreSQL: `FOR UPDATE SKIP LOCKED`, so
+    /// concurrent leasers skip each other), and the head of each claimed entity is leased,
+    /// checked again after the claim so that a head chosen from an older snapshot is never
+    /// used. Claimed entities whose head is not due after all are released.
     pub async fn lease(
         &self,
         owner: &str,
@@ -98,41 +186,126 @@ impl Store {
         lease_expires_at_ms: i64,
         limit: i64,
     ) -> Result<Vec<LeasedItem>> {
-        let update = "UPDATE outbox SET state = 'in_flight', lease_owner = $1, lease_expires_at_ms = $2, \
-                      attempts = attempts + 1 WHERE id IN";
-        // SQLite has one writer connection, so the subquery and the update run alone; in
-        // PostgreSQL concurrent leasers skip each other's rows instead of waiting on them.
+        let candidates_sql = format!(
+            "SELECT o.pipeline, o.target, o.entity FROM outbox o WHERE {DUE} \
+             AND NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = o.pipeline AND e.target = o.target \
+                 AND e.entity = o.entity AND e.lease_expires_at_ms > $1) \
+             AND {HEAD} ORDER BY o.next_attempt_at_ms, o.id LIMIT $2"
+        );
         let lock = match self {
             Store::Sqlite { .. } => "",
-            Store::Postgres(_) => "FOR UPDATE OF o SKIP LOCKED",
+            Store::Postgres(_) => "FOR UPDATE SKIP LOCKED",
         };
-        let sql = format!("{update} ({LEASE_CANDIDATES} {lock}) {LEASE_RETURNING}");
+        let lease_sql = format!(
+            "UPDATE outbox SET state = 'in_flight', lease_owner = $2, lease_expires_at_ms = $3, attempts = attempts + 1 \
+             WHERE id IN (SELECT o.id FROM outbox o JOIN entities e ON e.pipeline = o.pipeline \
+                 AND e.target = o.target AND e.entity = o.entity \
+               WHERE e.lease_owner = $2 AND {DUE} AND {HEAD}) \
+             RETURNING {ITEM_COLUMNS}"
+        );
         on_both!(self, pool => {
-            let rows = sqlx::query(&sql).bind(owner).bind(lease_expires_at_ms).bind(now_ms).bind(limit).fetch_all(pool).await?;
+            let mut candidates: Vec<(String, String, String)> = sqlx::query_as(&candidates_sql)
+                .bind(now_ms)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?;
+            if candidates.is_empty() {
+                return Ok(Vec::new());
+            }
+            // One order for every leaser, so concurrent inserts of new entity rows cannot
+            // wait on each other in a cycle.
+            candidates.sort();
+            candidates.dedup();
+            let mut tx = pool.begin().await?;
+            let insert = format!(
+                "INSERT INTO entities (pipeline, target, entity) VALUES {} ON CONFLICT DO NOTHING",
+                triples(candidates.len(), 1)
+            );
+            let mut query = sqlx::query(&insert);
+            for (pipeline, target, entity) in &candidates {
+                query = query.bind(pipeline).bind(target).bind(entity);
+            }
+            query.execute(&mut *tx).await?;
+
+            let claim = format!(
+                "UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 \
+                 WHERE (pipeline, target, entity) IN (SELECT pipeline, target, entity FROM entities \
+                   WHERE (pipeline, target, entity) IN (VALUES {}) \
+                     AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1) {lock})",
+                triples(candidates.len(), 4)
+            );
+            let mut query = sqlx::query(&claim).bind(now_ms).bind(owner).bind(lease_expires_at_ms);
+            for (pipeline, target, entity) in &candidates {
+                query = query.bind(pipeline).bind(target).bind(entity);
+            }
+            if query.execute(&mut *tx).await?.rows_affected() == 0 {
+                return Ok(Vec::new());
+            }
+
+            let rows = sqlx::query(&lease_sql)
+                .bind(now_ms)
+                .bind(owner)
+                .bind(lease_expires_at_ms)
+                .fetch_all(&mut *tx)
+                .await?;
+            sqlx::query(
+                "UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL WHERE lease_owner = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.pipeline = entities.pipeline \
+                   AND o.target = entities.target AND o.entity = entities.entity \
+                   AND o.state = 'in_flight' AND o.lease_owner = $1)",
+            )
+            .bind(owner)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
             rows.iter().map(leased_from_row).collect()
         })
     }
 
-    /// Records the start of an attempt and marks the item in doubt until it finishes. Returns
-    /// `None` when the lease was lost to another worker.
-    pub async fn start_attempt(
+    /// Renews the lease to `lease_expires_at_ms` and records the start of a call; a write
+    /// marks the item in doubt until an outcome clears it. Returns `None`, and changes
+    /// nothing, when the lease was lost to another worker.
+    pub async fn begin_call(
         &self,
         item: &LeasedItem,
         action: &str,
+        kind: CallKind,
         now_ms: i64,
-    ) -> Result<Option<i64>> {
+        lease_expires_at_ms: i64,
+    ) -> Result<Option<CallStart>> {
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
-            let held = sqlx::query("UPDATE outbox SET in_doubt = 1 WHERE id = $1 AND lease_owner = $2 AND state = 'in_flight'")
-                .bind(item.id)
-                .bind(&item.lease_owner)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let held = sqlx::query(
+                "UPDATE entities SET lease_expires_at_ms = $5 \
+                 WHERE pipeline = $1 AND target = $2 AND entity = $3 AND lease_owner = $4",
+            )
+            .bind(&item.pipeline)
+            .bind(&item.target)
+            .bind(&item.entity)
+            .bind(&item.lease_owner)
+            .bind(lease_expires_at_ms)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
             if held == 0 {
                 return Ok(None);
             }
-            let id: i64 = sqlx::query_scalar(
+            let write = i64::from(kind == CallKind::Write);
+            let held = sqlx::query(
+                "UPDATE outbox SET lease_expires_at_ms = $3, in_doubt = CASE WHEN $4 = 1 THEN 1 ELSE in_doubt END \
+                 WHERE id = $1 AND lease_owner = $2 AND state = 'in_flight'",
+            )
+            .bind(item.id)
+            .bind(&item.lease_owner)
+            .bind(lease_expires_at_ms)
+            .bind(write)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if held == 0 {
+                return Ok(None);
+            }
+            let row: i64 = sqlx::query_scalar(
                 "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, action) \
                  VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
             )
@@ -145,39 +318,78 @@ impl Store {
             .fetch_one(&mut *tx)
             .await?;
             tx.commit().await?;
-            Ok(Some(id))
+            Ok(Some(CallStart { row, lease_expires_at_ms }))
         })
     }
 
-    /// The last version applied to an entity.
-    pub async fn entity_version(
+    /// The version guard's view of an item's entity.
+    pub async fn entity_guard(
         &self,
         pipeline: &str,
         target: &str,
         entity: &str,
-    ) -> Result<Option<String>> {
+    ) -> Result<EntityGuard> {
         on_both!(self, pool => {
-            Ok(sqlx::query_scalar("SELECT version FROM entity_versions WHERE pipeline = $1 AND target = $2 AND entity = $3")
-                .bind(pipeline)
-                .bind(target)
-                .bind(entity)
-                .fetch_optional(pool)
-                .await?)
+            let applied: Option<(Option<String>, Option<String>)> = sqlx::query_as(
+                "SELECT applied_version, applied_version_text FROM entities \
+                 WHERE pipeline = $1 AND target = $2 AND entity = $3",
+            )
+            .bind(pipeline)
+            .bind(target)
+            .bind(entity)
+            .fetch_optional(pool)
+            .await?;
+            let doubted: Option<(String, Option<String>)> = sqlx::query_as(
+                "SELECT version, version_text FROM outbox WHERE pipeline = $1 AND target = $2 AND entity = $3 \
+                 AND state = 'dead' AND in_doubt = 1 AND version IS NOT NULL ORDER BY version DESC LIMIT 1",
+            )
+            .bind(pipeline)
+            .bind(target)
+            .bind(entity)
+            .fetch_optional(pool)
+            .await?;
+            let version = |sort_key: String, text: Option<String>| AppliedVersion {
+                text: text.unwrap_or_else(|| sort_key.clone()),
+                sort_key,
+            };
+            Ok(EntityGuard {
+                applied: applied.and_then(|(key, text)| key.map(|key| version(key, text))),
+                doubted: doubted.map(|(key, text)| version(key, text)),
+            })
         })
     }
 
-    /// Ends an attempt and moves its item on, if `item` still holds the lease (a worker whose
-    /// lease expired cannot overwrite the work of the one that took over). Returns whether it
-    /// did.
-    pub async fn finish(
-        &self,
-        item: &LeasedItem,
-        attempt_id: Option<i64>,
-        finish: &Finish,
-        now_ms: i64,
-    ) -> Result<bool> {
+    /// Ends an attempt: records its calls, moves the item on, updates the version guard and
+    /// releases the entity, if `item` still holds the lease (a worker whose lease was taken
+    /// over cannot overwrite the work of the one that took it). Returns whether it did.
+    pub async fn finish(&self, item: &LeasedItem, finish: &Finish, now_ms: i64) -> Result<bool> {
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
+            let (applied, applied_text) = match &finish.applied {
+                Some(v) => (Some(v.sort_key.as_str()), Some(v.text.as_str())),
+                None => (None, None),
+            };
+            // The guard never moves backwards. Both assignments read the row before the update.
+            let released = sqlx::query(
+                "UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL, \
+                 applied_version = CASE WHEN $5 IS NOT NULL AND (applied_version IS NULL OR applied_version < $5) \
+                   THEN $5 ELSE applied_version END, \
+                 applied_version_text = CASE WHEN $5 IS NOT NULL AND (applied_version IS NULL OR applied_version < $5) \
+                   THEN $6 ELSE applied_version_text END \
+                 WHERE pipeline = $1 AND target = $2 AND entity = $3 AND lease_owner = $4",
+            )
+            .bind(&item.pipeline)
+            .bind(&item.target)
+            .bind(&item.entity)
+            .bind(&item.lease_owner)
+            .bind(applied)
+            .bind(applied_text)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if released == 0 {
+                return Ok(false);
+            }
             let finished_at = matches!(finish.state, "done" | "dead" | "skipped_stale").then_some(now_ms);
             let moved = sqlx::query(
                 "UPDATE outbox SET state = $3, next_attempt_at_ms = $4, in_doubt = $5, record_id = COALESCE($6, record_id), \
@@ -198,36 +410,38 @@ impl Store {
             if moved == 0 {
                 return Ok(false);
             }
-            if let Some(attempt_id) = attempt_id {
-                sqlx::query(
-                    "UPDATE attempts SET finished_at_ms = $2, action = $3, outcome = $4, status = $5, excerpt = $6, \
-                     error = $7, record_id = $8, meta = $9 WHERE id = $1",
-                )
-                .bind(attempt_id)
-                .bind(now_ms)
-                .bind(finish.action)
-                .bind(&finish.outcome)
-                .bind(finish.status)
-                .bind(&finish.excerpt)
-                .bind(&finish.error)
-                .bind(&finish.record_id)
-                .bind(&finish.meta)
-                .execute(&mut *tx)
-                .await?;
-            }
-            if let Some(version) = &finish.applied_version {
-                // Keep the greatest version: the guard never moves backwards.
-                sqlx::query(
-                    "INSERT INTO entity_versions (pipeline, target, entity, version) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (pipeline, target, entity) DO UPDATE SET version = excluded.version \
-                     WHERE entity_versions.version < excluded.version",
-                )
-                .bind(&item.pipeline)
-                .bind(&item.target)
-                .bind(&item.entity)
-                .bind(version)
-                .execute(&mut *tx)
-                .await?;
+            for call in &finish.calls {
+                let query = match call.row {
+                    Some(row) => sqlx::query(
+                        "UPDATE attempts SET finished_at_ms = $2, action = $3, outcome = $4, status = $5, excerpt = $6, \
+                         error = $7, record_id = $8, meta = $9 WHERE id = $1",
+                    )
+                    .bind(row),
+                    None => sqlx::query(
+                        "INSERT INTO attempts (outbox_id, finished_at_ms, action, outcome, status, excerpt, error, \
+                         record_id, meta, event_id, attempt, worker, started_at_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    )
+                    .bind(item.id),
+                };
+                let query = query
+                    .bind(call.finished_at_ms)
+                    .bind(call.action)
+                    .bind(&call.outcome)
+                    .bind(call.status)
+                    .bind(&call.excerpt)
+                    .bind(&call.error)
+                    .bind(&call.record_id)
+                    .bind(&call.meta);
+                let query = match call.row {
+                    Some(_) => query,
+                    None => query
+                        .bind(item.event_id)
+                        .bind(item.attempts)
+                        .bind(&item.lease_owner)
+                        .bind(call.started_at_ms),
+                };
+                query.execute(&mut *tx).await?;
             }
             sqlx::query(EVENT_STATE).bind(item.event_id).execute(&mut *tx).await?;
             tx.commit().await?;
@@ -267,6 +481,7 @@ impl Store {
     }
 
     /// Puts an event's dead items back to work, with their attempts reset. Returns how many.
+    /// An item dead-lettered in doubt stays in doubt: it is looked up before it is written.
     pub async fn replay_event(&self, event_id: i64, now_ms: i64) -> Result<u64> {
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
@@ -338,21 +553,6 @@ impl Store {
         })
     }
 
-    /// Returns items whose lease expired to `pending`, in doubt (their worker died or stalled
-    /// mid-call), so that they show as waiting rather than as being worked on.
-    pub async fn release_stale_leases(&self, now_ms: i64) -> Result<u64> {
-        on_both!(self, pool => {
-            Ok(sqlx::query(
-                "UPDATE outbox SET state = 'pending', in_doubt = 1, lease_owner = NULL, lease_expires_at_ms = NULL \
-                 WHERE state = 'in_flight' AND lease_expires_at_ms <= $1",
-            )
-            .bind(now_ms)
-            .execute(pool)
-            .await?
-            .rows_affected())
-        })
-    }
-
     /// Items still to do (pending or in flight), across pipelines: zero means drained.
     pub async fn unfinished_items(&self) -> Result<i64> {
         read_on_both!(self, pool => {
@@ -376,8 +576,10 @@ where
         target_index: row.try_get("target_index")?,
         entity: row.try_get("entity")?,
         version: row.try_get("version")?,
+        version_text: row.try_get("version_text")?,
         attempts: row.try_get("attempts")?,
         in_doubt: row.try_get::<i64, _>("in_doubt")? != 0,
         lease_owner: row.try_get("lease_owner")?,
+        lease_expires_at_ms: row.try_get("lease_expires_at_ms")?,
     })
 }

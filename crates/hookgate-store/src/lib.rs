@@ -128,7 +128,10 @@ macro_rules! read_on_both {
 
 mod delivery;
 
-pub use delivery::{AttemptRecord, Finish, LeasedItem, state};
+pub use delivery::{
+    AppliedVersion, AttemptRecord, Call, CallKind, CallStart, EntityGuard, Finish, LeasedItem,
+    state,
+};
 
 /// Everything about one verified delivery that the inbox keeps.
 #[derive(Debug, Clone)]
@@ -154,6 +157,8 @@ pub struct NewOutboxItem {
     pub entity: String,
     /// A text that sorts like the version (see `hookgate_pipeline::evaluate::Version`).
     pub version: Option<String>,
+    /// The version as the sender wrote it, for evidence.
+    pub version_text: Option<String>,
 }
 
 /// What the inbox made of a delivery.
@@ -203,6 +208,7 @@ pub struct OutboxRecord {
     pub target_index: i64,
     pub entity: String,
     pub version: Option<String>,
+    pub version_text: Option<String>,
     pub state: String,
     pub attempts: i64,
     pub next_attempt_at_ms: i64,
@@ -335,7 +341,7 @@ impl Store {
                     for item in &delivery.outbox {
                         sqlx::query(
                             "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, \
-                             next_attempt_at_ms, created_at_ms) VALUES ($1, $8, $2, $3, $4, $5, $6, $7, $7)",
+                             next_attempt_at_ms, created_at_ms, version_text) VALUES ($1, $8, $2, $3, $4, $5, $6, $7, $7, $9)",
                         )
                         .bind(event_id)
                         .bind(&item.target)
@@ -345,6 +351,7 @@ impl Store {
                         .bind(state::PENDING)
                         .bind(delivery.received_at_ms)
                         .bind(delivery.pipeline)
+                        .bind(&item.version_text)
                         .execute(&mut *tx)
                         .await?;
                     }
@@ -481,8 +488,8 @@ impl Store {
     pub async fn outbox_for(&self, event_id: i64) -> Result<Vec<OutboxRecord>> {
         read_on_both!(self, pool => {
             let rows = sqlx::query(
-                "SELECT id, event_id, target, target_index, entity, version, state, attempts, next_attempt_at_ms, \
-                 in_doubt, record_id, last_error FROM outbox WHERE event_id = $1 ORDER BY target_index",
+                "SELECT id, event_id, target, target_index, entity, version, version_text, state, attempts, \
+                 next_attempt_at_ms, in_doubt, record_id, last_error FROM outbox WHERE event_id = $1 ORDER BY target_index",
             )
             .bind(event_id)
             .fetch_all(pool)
@@ -496,6 +503,7 @@ impl Store {
                         target_index: r.try_get("target_index")?,
                         entity: r.try_get("entity")?,
                         version: r.try_get("version")?,
+                        version_text: r.try_get("version_text")?,
                         state: r.try_get("state")?,
                         attempts: r.try_get("attempts")?,
                         next_attempt_at_ms: r.try_get("next_attempt_at_ms")?,

@@ -39,12 +39,14 @@ fn delivery<'a>(key: &'a str, fingerprint: &'a str, body: &'a [u8]) -> NewDelive
                 target_index: 0,
                 entity: "E".into(),
                 version: Some("v1".into()),
+                version_text: Some("1".into()),
             },
             NewOutboxItem {
                 target: "b".into(),
                 target_index: 1,
                 entity: "ext-1".into(),
                 version: None,
+                version_text: None,
             },
         ],
     }
@@ -115,6 +117,7 @@ async fn outbox_items_are_stored_with_the_event() {
         assert_eq!(items[0].target, "a");
         assert_eq!(items[0].entity, "E");
         assert_eq!(items[0].version.as_deref(), Some("v1"));
+        assert_eq!(items[0].version_text.as_deref(), Some("1"), "the sender's form, for evidence");
         assert_eq!(items[0].state, state::PENDING);
         assert_eq!((items[0].attempts, items[0].next_attempt_at_ms), (0, 1_000));
         assert_eq!(items[1].entity, "ext-1");
@@ -201,6 +204,7 @@ async fn item(store: &Store, key: &str, entity: &str, version: Option<&str>, at:
             target_index: 0,
             entity: entity.into(),
             version: version.map(str::to_owned),
+            version_text: version.map(|v| format!("v{v}")),
         }],
         ..delivery(key, key, b"{}")
     };
@@ -210,20 +214,29 @@ async fn item(store: &Store, key: &str, entity: &str, version: Option<&str>, at:
     }
 }
 
-fn finish(state: &'static str, applied_version: Option<String>) -> Finish {
+fn finish(state: &'static str, applied: Option<&str>) -> Finish {
     Finish {
         state,
         next_attempt_at_ms: 0,
         in_doubt: false,
         record_id: Some("R1".into()),
         error: None,
-        action: "upsert",
-        outcome: "success".into(),
-        status: Some(200),
-        excerpt: None,
-        meta: None,
-        applied_version,
+        applied: applied.map(|v| AppliedVersion { sort_key: v.into(), text: format!("v{v}") }),
+        calls: Vec::new(),
     }
+}
+
+/// A failed attempt that leaves its item in doubt, to retry at `at`.
+fn in_doubt_until(at: i64) -> Finish {
+    Finish { next_attempt_at_ms: at, in_doubt: true, ..finish(state::PENDING, None) }
+}
+
+async fn applied(store: &Store, entity: &str) -> Option<String> {
+    store.entity_guard("p", "t", entity).await.unwrap().applied.map(|a| a.sort_key)
+}
+
+fn events_of(items: &[LeasedItem]) -> Vec<i64> {
+    items.iter().map(|i| i.event_id).collect()
 }
 
 #[tokio::test]
@@ -237,42 +250,33 @@ async fn leasing_takes_one_item_per_entity_in_version_order() {
         let _b2 = item(&store, "b2", "B", None, 13).await;
 
         let leased = store.lease("w1", 100, 1_000, 10).await.unwrap();
-        let events: Vec<i64> = leased.iter().map(|i| i.event_id).collect();
         assert_eq!(
-            events,
+            events_of(&leased),
             [a1, b1],
             "the head of each entity only: lowest version, then receipt order"
         );
         assert_eq!(leased[0].attempts, 1);
+        assert_eq!(leased[0].version_text.as_deref(), Some("v1"));
+        assert_eq!(leased[0].lease_expires_at_ms, 1_000);
         assert!(store.lease("w2", 100, 1_000, 10).await.unwrap().is_empty(), "entities held by w1");
 
         // A1 applied: A3 becomes the head; its version is newer, so it is applied too.
-        let a1_item = &leased[0];
-        assert!(
-            store.finish(a1_item, None, &finish(state::DONE, Some("1".into())), 100).await.unwrap()
-        );
+        assert!(store.finish(&leased[0], &finish(state::DONE, Some("1")), 100).await.unwrap());
         let next = store.lease("w2", 101, 1_000, 10).await.unwrap();
-        assert_eq!(next.iter().map(|i| i.event_id).collect::<Vec<_>>(), [a3]);
+        assert_eq!(events_of(&next), [a3], "B is still held by w1");
         assert_eq!(store.event(a1).await.unwrap().unwrap().state, "done");
-        assert_eq!(store.entity_version("p", "t", "A").await.unwrap().as_deref(), Some("1"));
-        assert!(
-            store
-                .finish(&next[0], None, &finish(state::DONE, Some("3".into())), 101)
-                .await
-                .unwrap()
-        );
-        assert_eq!(store.entity_version("p", "t", "A").await.unwrap().as_deref(), Some("3"));
+        assert_eq!(applied(&store, "A").await.as_deref(), Some("1"));
+        assert!(store.finish(&next[0], &finish(state::DONE, Some("3")), 101).await.unwrap());
+        let guard = store.entity_guard("p", "t", "A").await.unwrap();
+        assert_eq!(guard.applied.map(|a| (a.sort_key, a.text)), Some(("3".into(), "v3".into())));
         // The guard never moves backwards.
         let late = item(&store, "a2", "A", Some("2"), 14).await;
         let leased = store.lease("w3", 102, 1_000, 10).await.unwrap();
         let late_item = leased.iter().find(|i| i.event_id == late).unwrap();
         assert!(
-            store
-                .finish(late_item, None, &finish(state::SKIPPED_STALE, Some("2".into())), 102)
-                .await
-                .unwrap()
+            store.finish(late_item, &finish(state::SKIPPED_STALE, Some("2")), 102).await.unwrap()
         );
-        assert_eq!(store.entity_version("p", "t", "A").await.unwrap().as_deref(), Some("3"));
+        assert_eq!(applied(&store, "A").await.as_deref(), Some("3"));
     })
     .await;
 }
@@ -282,24 +286,206 @@ async fn an_expired_lease_passes_to_another_worker_and_fences_the_first() {
     on_both_backends(|store| async move {
         let event = item(&store, "k", "E", None, 10).await;
         let first = store.lease("w1", 100, 200, 1).await.unwrap().remove(0);
-        let attempt = store.start_attempt(&first, "upsert", 100).await.unwrap();
-        assert!(attempt.is_some());
+        let call = store.begin_call(&first, "upsert", CallKind::Write, 100, 200).await.unwrap();
+        assert!(call.is_some());
         assert!(store.lease("w2", 150, 400, 1).await.unwrap().is_empty(), "the lease still holds");
+        // Renewing moves the lease's end: at 250 it still holds.
+        let renewed = store.begin_call(&first, "lookup", CallKind::Read, 150, 300).await.unwrap();
+        assert_eq!(renewed.map(|c| c.lease_expires_at_ms), Some(300));
+        assert!(store.lease("w2", 250, 400, 1).await.unwrap().is_empty(), "renewed until 300");
 
-        let second = store.lease("w2", 250, 400, 1).await.unwrap().remove(0);
+        let second = store.lease("w2", 300, 500, 1).await.unwrap().remove(0);
         assert_eq!(second.event_id, event);
         assert_eq!(second.attempts, 2);
-        assert!(second.in_doubt, "the first attempt never finished: look up before writing");
+        assert!(second.in_doubt, "the first write never finished: look up before writing");
         // The first worker wakes up: its lease is gone, its results are refused.
-        assert!(!store.finish(&first, attempt, &finish(state::DONE, None), 260).await.unwrap());
-        assert_eq!(store.start_attempt(&first, "upsert", 260).await.unwrap(), None);
-        assert!(store.finish(&second, None, &finish(state::DONE, None), 270).await.unwrap());
-        let attempts = store.attempts_for(event).await.unwrap();
-        assert_eq!(attempts.len(), 1);
+        assert!(!store.finish(&first, &finish(state::DONE, None), 310).await.unwrap());
         assert_eq!(
-            attempts[0].finished_at_ms, None,
-            "the crashed attempt stays visible as unfinished"
+            store.begin_call(&first, "upsert", CallKind::Write, 310, 400).await.unwrap(),
+            None
         );
+        let done = Finish {
+            calls: vec![Call {
+                row: None,
+                action: "lookup",
+                started_at_ms: 320,
+                finished_at_ms: 330,
+                outcome: "reconciled".into(),
+                status: Some(200),
+                excerpt: Some("{}".into()),
+                error: None,
+                record_id: Some("R1".into()),
+                meta: None,
+            }],
+            ..finish(state::DONE, None)
+        };
+        assert!(store.finish(&second, &done, 330).await.unwrap());
+        let attempts = store.attempts_for(event).await.unwrap();
+        let story: Vec<_> = attempts
+            .iter()
+            .map(|a| {
+                (a.attempt, a.action.as_deref().unwrap(), a.outcome.as_deref(), a.finished_at_ms)
+            })
+            .collect();
+        assert_eq!(
+            story,
+            [
+                (1, "upsert", None, None),
+                (1, "lookup", None, None),
+                (2, "lookup", Some("reconciled"), Some(330))
+            ],
+            "the crashed calls stay visible as unfinished"
+        );
+        assert_eq!(attempts[2].worker, second.lease_owner);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_read_leaves_an_item_as_it_was_and_a_write_puts_it_in_doubt() {
+    on_both_backends(|store| async move {
+        let event = item(&store, "k", "E", None, 10).await;
+        let leased = store.lease("w", 100, 1_000, 1).await.unwrap().remove(0);
+        store.begin_call(&leased, "lookup", CallKind::Read, 100, 1_000).await.unwrap().unwrap();
+        assert!(!store.outbox_for(event).await.unwrap()[0].in_doubt);
+        store.begin_call(&leased, "upsert", CallKind::Write, 100, 1_000).await.unwrap().unwrap();
+        assert!(store.outbox_for(event).await.unwrap()[0].in_doubt);
+        // A definitive answer clears the doubt.
+        assert!(store.finish(&leased, &finish(state::PENDING, None), 110).await.unwrap());
+        assert!(!store.outbox_for(event).await.unwrap()[0].in_doubt);
+    })
+    .await;
+}
+
+/// The issue's first sequence: v3 is written and applied, its worker dies before recording
+/// the answer, and v1 arrives. v1 must not be written before v3 is settled.
+#[tokio::test]
+async fn a_write_in_doubt_is_settled_before_an_older_version_is_leased() {
+    on_both_backends(|store| async move {
+        let v3 = item(&store, "v3", "E", Some("3"), 10).await;
+        let held = store.lease("w1", 100, 200, 10).await.unwrap().remove(0);
+        store.begin_call(&held, "upsert", CallKind::Write, 100, 200).await.unwrap().unwrap();
+        // w1 is killed here. v1 and v2 arrive.
+        let v1 = item(&store, "v1", "E", Some("1"), 110).await;
+        let v2 = item(&store, "v2", "E", Some("2"), 120).await;
+        assert!(store.lease("w2", 150, 500, 10).await.unwrap().is_empty(), "w1's lease holds");
+
+        let next = store.lease("w2", 250, 500, 10).await.unwrap();
+        assert_eq!(events_of(&next), [v3], "the write in doubt comes before any older version");
+        assert!(next[0].in_doubt);
+        // Its lookup fails: it stays in doubt, and the entity waits for it.
+        assert!(store.finish(&next[0], &in_doubt_until(400), 260).await.unwrap());
+        assert!(
+            store.lease("w2", 300, 500, 10).await.unwrap().is_empty(),
+            "nothing older is written while v3 is in doubt and backing off"
+        );
+        let again = store.lease("w3", 400, 800, 10).await.unwrap();
+        assert_eq!(events_of(&again), [v3]);
+        // The lookup shows v3 applied: v1 and v2 are older, and stale.
+        assert!(store.finish(&again[0], &finish(state::DONE, Some("3")), 410).await.unwrap());
+        let rest = store.lease("w3", 420, 800, 10).await.unwrap();
+        assert_eq!(events_of(&rest), [v1], "then the rest in version order");
+        assert_eq!(applied(&store, "E").await.as_deref(), Some("3"), "which the guard skips");
+        assert!(store.finish(&rest[0], &finish(state::SKIPPED_STALE, None), 430).await.unwrap());
+        assert_eq!(events_of(&store.lease("w3", 440, 800, 10).await.unwrap()), [v2]);
+    })
+    .await;
+}
+
+/// The issue's second sequence, without a kill: v10's answer is lost and its lookup is
+/// rate-limited; v7, v8 and v9 arrive while v10 waits in doubt.
+#[tokio::test]
+async fn newer_arrivals_wait_behind_a_write_in_doubt_and_older_ones_too() {
+    on_both_backends(|store| async move {
+        let v10 = item(&store, "v10", "E", Some("10"), 10).await;
+        let held = store.lease("w", 100, 1_000, 10).await.unwrap().remove(0);
+        store.begin_call(&held, "upsert", CallKind::Write, 100, 1_000).await.unwrap().unwrap();
+        store.begin_call(&held, "lookup", CallKind::Read, 110, 1_000).await.unwrap().unwrap();
+        assert!(store.finish(&held, &in_doubt_until(500), 120).await.unwrap());
+        for (key, version) in [("v7", "07"), ("v8", "08"), ("v9", "09"), ("v11", "11")] {
+            item(&store, key, "E", Some(version), 130).await;
+        }
+        assert!(store.lease("w", 200, 1_000, 10).await.unwrap().is_empty());
+        assert_eq!(events_of(&store.lease("w", 500, 1_000, 10).await.unwrap()), [v10]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_write_dead_lettered_in_doubt_counts_as_applied_for_ordering() {
+    on_both_backends(|store| async move {
+        let v5 = item(&store, "v5", "E", Some("5"), 10).await;
+        let held = store.lease("w", 100, 1_000, 10).await.unwrap().remove(0);
+        store.begin_call(&held, "upsert", CallKind::Write, 100, 1_000).await.unwrap().unwrap();
+        let dead = Finish { in_doubt: true, ..finish(state::DEAD, None) };
+        assert!(store.finish(&held, &dead, 110).await.unwrap());
+
+        let guard = store.entity_guard("p", "t", "E").await.unwrap();
+        assert_eq!(guard.applied, None);
+        assert_eq!(
+            guard.doubted,
+            Some(AppliedVersion { sort_key: "5".into(), text: "v5".into() }),
+            "an older version must not be written over what may be in the CRM"
+        );
+        // Replayed, it is still in doubt: looked up before it is written.
+        assert_eq!(store.replay_event(v5, 200).await.unwrap(), 1);
+        let replayed = store.lease("w", 200, 1_000, 10).await.unwrap().remove(0);
+        assert!(replayed.in_doubt);
+        assert_eq!(store.entity_guard("p", "t", "E").await.unwrap().doubted, None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_entity_row_exists_only_after_its_first_lease_and_claims_skip_held_entities() {
+    on_both_backends(|store| async move {
+        item(&store, "a", "A", Some("1"), 10).await;
+        item(&store, "b", "B", Some("1"), 10).await;
+        assert_eq!(store.entity_guard("p", "t", "A").await.unwrap(), EntityGuard::default());
+        let first = store.lease("w1", 100, 1_000, 1).await.unwrap();
+        assert_eq!(first.len(), 1, "the limit is in entities");
+        let second = store.lease("w2", 100, 1_000, 10).await.unwrap();
+        assert_eq!(second.len(), 1);
+        assert_ne!(first[0].entity, second[0].entity);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_leasers_never_hold_one_entity_twice() {
+    on_both_backends(|store| async move {
+        // Many versions of few entities, leased and finished by racing workers: at no time may
+        // two live leases cover one entity.
+        for n in 0..60 {
+            item(&store, &format!("k{n}"), &format!("E{}", n % 4), Some(&format!("{n:03}")), 10)
+                .await;
+        }
+        let held = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+        let workers: Vec<_> = (0..6)
+            .map(|w| {
+                let (store, held) = (store.clone(), Arc::clone(&held));
+                tokio::spawn(async move {
+                    for _ in 0..40 {
+                        let owner = format!("w{w}-{:x}", rand::random::<u32>());
+                        for leased in store.lease(&owner, 100, 1_000_000, 2).await.unwrap() {
+                            assert!(
+                                held.lock().unwrap().insert(leased.entity.clone()),
+                                "{} leased twice",
+                                leased.entity
+                            );
+                            tokio::task::yield_now().await;
+                            held.lock().unwrap().remove(&leased.entity);
+                            let done = finish(state::DONE, leased.version.as_deref());
+                            assert!(store.finish(&leased, &done, 100).await.unwrap());
+                        }
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.await.unwrap();
+        }
+        assert_eq!(store.unfinished_items().await.unwrap(), 0);
     })
     .await;
 }
@@ -311,16 +497,12 @@ async fn dead_letters_do_not_block_their_entity_and_can_be_replayed() {
         let second = item(&store, "k2", "E", Some("2"), 11).await;
         let leased = store.lease("w", 100, 1_000, 10).await.unwrap().remove(0);
         let dead = Finish { error: Some("rejected: bad".into()), ..finish(state::DEAD, None) };
-        assert!(store.finish(&leased, None, &dead, 100).await.unwrap());
+        assert!(store.finish(&leased, &dead, 100).await.unwrap());
         assert_eq!(store.event(first).await.unwrap().unwrap().state, "dead");
+        assert_eq!(store.entity_guard("p", "t", "E").await.unwrap().doubted, None, "not in doubt");
         let next = store.lease("w", 101, 1_000, 10).await.unwrap();
         assert_eq!(next[0].event_id, second, "the dead item does not block the entity");
-        assert!(
-            store
-                .finish(&next[0], None, &finish(state::DONE, Some("2".into())), 101)
-                .await
-                .unwrap()
-        );
+        assert!(store.finish(&next[0], &finish(state::DONE, Some("2")), 101).await.unwrap());
 
         assert_eq!(store.dead_events(Some("p")).await.unwrap(), [first]);
         assert_eq!(store.replay_event(first, 200).await.unwrap(), 1);
@@ -341,7 +523,7 @@ async fn retention_sweeps_finished_events_only() {
         let recent = item(&store, "new", "E3", None, 1_000).await;
         let leased = store.lease("w", 100, 1_000, 10).await.unwrap();
         let done = leased.iter().find(|i| i.event_id == finished).unwrap();
-        assert!(store.finish(done, None, &finish(state::DONE, None), 100).await.unwrap());
+        assert!(store.finish(done, &finish(state::DONE, None), 100).await.unwrap());
         store
             .record_rejection(&RejectedDelivery {
                 pipeline: "p",
@@ -358,9 +540,74 @@ async fn retention_sweeps_finished_events_only() {
         assert!(store.event(pending).await.unwrap().is_some(), "never while an item is to do");
         assert!(store.event(recent).await.unwrap().is_some());
         assert!(store.deliveries("p", "rejected").await.unwrap().is_empty());
-        // `old-pending` was leased by `w` until 1 000 (`new` was not yet due at 100).
-        assert_eq!(store.release_stale_leases(2_000).await.unwrap(), 1);
-        assert!(store.outbox_for(pending).await.unwrap()[0].in_doubt);
     })
     .await;
+}
+
+/// A database as the first release left it, with work in every state, keeps all of it when
+/// the entity-lease migration runs: the guard's versions move over, and a write that was in
+/// flight when its worker died is still settled before older versions.
+#[tokio::test]
+async fn a_first_release_database_migrates_forward_without_losing_work() {
+    async fn upgrade(url: &str, first: &sqlx::migrate::Migrator) {
+        // The migrator's fields are public for `migrate!`; a test may build one that stops
+        // after the first release's migration.
+        let wave1 = sqlx::migrate::Migrator {
+            migrations: std::borrow::Cow::Owned(first.migrations[..1].to_vec()),
+            ..sqlx::migrate::Migrator::DEFAULT
+        };
+        if url.starts_with("sqlite") {
+            let options = SqliteConnectOptions::from_str(url).unwrap().create_if_missing(true);
+            let pool = SqlitePool::connect_with(options).await.unwrap();
+            wave1.run(&pool).await.unwrap();
+            for statement in seed() {
+                sqlx::query(&statement).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        } else {
+            let pool = PgPool::connect(url).await.unwrap();
+            wave1.run(&pool).await.unwrap();
+            for statement in seed() {
+                // Hex blob literals are SQLite's; PostgreSQL reads the text as bytes.
+                sqlx::query(&statement.replace("x'7b7d'", "'{}'")).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        }
+    }
+    /// The first release's rows: v2 applied, v3 in flight and in doubt under an expired
+    /// lease, v1 pending.
+    fn seed() -> [String; 3] {
+        [
+            "INSERT INTO events (pipeline, scope, event_key, fingerprint, received_at_ms, headers, body, state, \
+             delivery_count, last_delivery_at_ms) VALUES \
+             ('p', '', 'k2', 'f', 1, '[]', x'7b7d', 'done', 1, 1), \
+             ('p', '', 'k3', 'f', 2, '[]', x'7b7d', 'accepted', 1, 2), \
+             ('p', '', 'k1', 'f', 3, '[]', x'7b7d', 'accepted', 1, 3)"
+                .into(),
+            "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, attempts, \
+             next_attempt_at_ms, created_at_ms, lease_owner, lease_expires_at_ms, in_doubt) VALUES \
+             (1, 'p', 't', 0, 'E', '2', 'done', 1, 0, 1, NULL, NULL, 0), \
+             (2, 'p', 't', 0, 'E', '3', 'in_flight', 1, 0, 2, 'old-worker', 50, 1), \
+             (3, 'p', 't', 0, 'E', '1', 'pending', 0, 0, 3, NULL, NULL, 0)"
+                .into(),
+            "INSERT INTO entity_versions (pipeline, target, entity, version) VALUES ('p', 't', 'E', '2')"
+                .into(),
+        ]
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = sqlite_url(dir.path());
+    let postgres = fresh_postgres_database().await;
+    for (url, migrator) in [(&sqlite, &SQLITE_MIGRATIONS), (&postgres, &POSTGRES_MIGRATIONS)] {
+        upgrade(url, migrator).await;
+        let store = Store::connect(url, &StoreOptions::default()).await.unwrap();
+        assert!(store.ready().await.unwrap());
+        assert_eq!(applied(&store, "E").await.as_deref(), Some("2"), "{url}");
+        let leased = store.lease("new", 100, 1_000, 10).await.unwrap();
+        assert_eq!(events_of(&leased), [2], "{url}: the write in doubt first");
+        assert!(leased[0].in_doubt);
+        assert_eq!(store.unfinished_items().await.unwrap(), 2);
+        store.close().await;
+    }
+    drop_postgres_database(&postgres).await;
 }

@@ -86,7 +86,7 @@ pub async fn story(store: &Store, event: &EventRecord) -> Result<String> {
             "  {}  entity {}  version {}  state {}  attempts {}{}{}",
             item.target,
             item.entity,
-            item.version.as_deref().unwrap_or("-"),
+            item.version_text.as_deref().or(item.version.as_deref()).unwrap_or("-"),
             item.state,
             item.attempts,
             item.record_id.as_deref().map(|r| format!("  record {r}")).unwrap_or_default(),

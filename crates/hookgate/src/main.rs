@@ -213,8 +213,8 @@ struct WorkArgs {
     /// CRM writes worked on at once by this process; 0 runs no workers (intake only).
     #[arg(long, env = "HOOKGATE_WORKERS", default_value_t = 8)]
     workers: usize,
-    /// How long a worker holds an item; another worker takes it over after this if the first
-    /// died. Must exceed the call timeout.
+    /// How long a worker's lease on an entity lasts; renewed before each CRM call, it must
+    /// exceed the call timeout by at least 1000 ms. A dead worker's entities wait this long.
     #[arg(long, env = "HOOKGATE_LEASE_MS", default_value_t = 60_000)]
     lease_ms: u64,
     /// How long a CRM call may take before its outcome is treated as unknown (and reconciled).
@@ -233,21 +233,22 @@ impl WorkArgs {
         if self.workers == 0 {
             return Ok(None);
         }
-        if self.lease_ms <= self.call_timeout_ms {
-            anyhow::bail!(
-                "--lease-ms ({}) must exceed --call-timeout-ms ({})",
-                self.lease_ms,
-                self.call_timeout_ms
-            );
-        }
         let defaults = WorkerConfig::default();
-        Ok(Some(WorkerConfig {
+        let config = WorkerConfig {
             worker_id: self.worker_id.clone().unwrap_or(defaults.worker_id),
             concurrency: self.workers,
             lease: Duration::from_millis(self.lease_ms),
             call_timeout: Duration::from_millis(self.call_timeout_ms),
             idle_poll: Duration::from_millis(self.idle_poll_ms),
-        }))
+        };
+        if let Err(problem) = config.check() {
+            anyhow::bail!(
+                "--lease-ms ({}) and --call-timeout-ms ({}): {problem}",
+                self.lease_ms,
+                self.call_timeout_ms
+            );
+        }
+        Ok(Some(config))
     }
 }
 

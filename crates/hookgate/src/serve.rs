@@ -144,7 +144,7 @@ pub async fn run(options: ServeOptions) -> Result<()> {
     Ok(())
 }
 
-/// Deletes what is past each pipeline's retention, and returns expired leases to the queue.
+/// Deletes what is past each pipeline's retention.
 async fn sweep(gateway: Gateway, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     loop {
@@ -163,13 +163,6 @@ async fn sweep(gateway: Gateway, shutdown: impl Future<Output = ()>) {
                 }
                 Err(error) => tracing::warn!(%error, "retention sweep failed"),
             }
-        }
-        match gateway.store().release_stale_leases(now).await {
-            Ok(0) => {}
-            Ok(released) => {
-                tracing::warn!(released, "expired leases returned to the queue, in doubt")
-            }
-            Err(error) => tracing::warn!(%error, "releasing stale leases failed"),
         }
         tokio::select! {
             () = &mut shutdown => return,
