@@ -174,3 +174,198 @@ async fn deliveries_reach_salesforce_and_hubspot_once_each_through_faults() {
     drop(server);
     database.cleanup().await;
 }
+
+/// The delivery tests' `orders` pipeline (ordered by `seq` per customer), writing to the
+/// connector instance `crm`, which `instances` points at one of the fakes.
+fn orders_pipeline() -> std::path::PathBuf {
+    root().join("tests/delivery/orders.yaml")
+}
+
+fn crm_instances(dir: &std::path::Path, crm: &str) -> std::path::PathBuf {
+    let path = dir.join("hookgate.yaml");
+    std::fs::write(&path, format!("connectors:\n  - name: crm\n{crm}")).unwrap();
+    path
+}
+
+async fn fake_salesforce() -> FakeSalesforce {
+    let sf = FakeSalesforce::start().await;
+    {
+        let mut state = sf.lock();
+        state.client_id = "e2e-client".into();
+        state.client_secret = "e2e-secret".into();
+        state.objects.insert("customers".into());
+    }
+    sf
+}
+
+/// The states of the events with these ids, in that order.
+async fn states(store: &Store, events: &[i64]) -> Vec<String> {
+    let mut states = Vec::new();
+    for event in events {
+        states.push(store.outbox_for(*event).await.unwrap().remove(0).state);
+    }
+    states
+}
+
+async fn accept(client: &reqwest::Client, server: &Server, delivery: &Delivery) -> i64 {
+    let response = delivery.send(client, server).await;
+    assert!(response.status().is_success(), "{}", response.status());
+    response.json::<serde_json::Value>().await.unwrap()["event_id"].as_i64().unwrap()
+}
+
+fn stories(attempts: &[hookgate_store::AttemptRecord]) -> Vec<(String, String)> {
+    attempts
+        .iter()
+        .map(|a| {
+            let outcome = a.outcome.clone().unwrap_or_else(|| "(unfinished)".into());
+            (a.action.clone().unwrap_or_default(), outcome)
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
+}
+
+/// A regression test for the first sequence the chaos run found: v3 is applied by the CRM and
+/// its worker is killed before it records the answer; v1 and v2 arrive. Before the fix, v1
+/// was leased first when v3's lease expired (nothing recorded v3 as applied), so the CRM went
+/// back from v3 to v1, then v2, and v3 was then written a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_doubt_after_a_kill_is_settled_before_older_versions_are_written() {
+    for database in Database::both().await {
+        let backend = database.name();
+        let sf = fake_salesforce().await;
+        // The write is applied; its answer would come 60 s later.
+        sf.push_fault(salesforce::Fault::LostResponse(Duration::from_secs(60)));
+        let dir = tempfile::tempdir().unwrap();
+        let instances = crm_instances(
+            dir.path(),
+            &format!(
+                "    kind: salesforce\n    settings: {{ login_url: \"{}\", api_version: \"60.0\" }}\n    credentials:\n      client_id: {{ env: SALESFORCE_CLIENT_ID }}\n      client_secret: {{ env: SALESFORCE_CLIENT_SECRET }}\n",
+                sf.base_url
+            ),
+        );
+        let builder = ServerBuilder::new(database.url())
+            .pipelines(orders_pipeline())
+            .instances(instances)
+            .workers(2)
+            .arg("--lease-ms")
+            .arg("4000")
+            .arg("--call-timeout-ms")
+            .arg("3000");
+        let mut first = builder.start();
+        let client = client();
+        let v3 = accept(&client, &first, &order("o-3", "C-1", 3, "shipped")).await;
+        let applied =
+            eventually(Duration::from_secs(20), || async { sf.writes().len() == 1 }).await;
+        assert!(applied, "{backend}: v3 never reached the CRM");
+        first.kill();
+
+        let second = builder.start();
+        let v1 = accept(&client, &second, &order("o-1", "C-1", 1, "paid")).await;
+        let v2 = accept(&client, &second, &order("o-2", "C-1", 2, "packed")).await;
+        let store = database.store().await;
+        drained(&store).await;
+
+        let writes: Vec<String> = sf.writes().iter().map(|w| w.fields["seq"].clone()).collect();
+        assert_eq!(writes, ["3"], "{backend}: v3 once, and nothing older after it");
+        assert_eq!(sf.records("customers")[0].fields["status"], "shipped");
+        assert_eq!(
+            states(&store, &[v1, v2, v3]).await,
+            ["skipped_stale", "skipped_stale", "done"],
+            "{backend}"
+        );
+        let v3_story = stories(&store.attempts_for(v3).await.unwrap());
+        assert_eq!(
+            v3_story,
+            pairs(&[("upsert", "(unfinished)"), ("lookup", "reconciled")]),
+            "{backend}: looked up, and found, before anything else"
+        );
+        let stale = store.outbox_for(v1).await.unwrap().remove(0);
+        assert_eq!(
+            stale.last_error.as_deref(),
+            Some("version 1 is not newer than 3, already applied to C-1"),
+            "{backend}: evidence in the sender's terms"
+        );
+        store.close().await;
+        drop(second);
+        database.cleanup().await;
+    }
+}
+
+/// A regression test for the second sequence, with no kill at all: v10's answer is lost and
+/// the lookup right after it is rate-limited, so v10 waits in doubt; v7, v8 and v9 arrive
+/// meanwhile. Before the fix, they were written over v10, and v10 was then written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_versions_wait_while_a_lost_answer_cannot_be_looked_up() {
+    for database in Database::both().await {
+        let backend = database.name();
+        let hs = FakeHubSpot::start().await;
+        {
+            let mut state = hs.lock();
+            state.token = "pat-na1-e2e".into();
+            state.unique_properties.insert("customers".into(), ["customer_id".into()].into());
+            // A 429 without Retry-After waits for the window: the time v7..v9 arrive in.
+            state.window_length = Duration::from_secs(2);
+        }
+        hs.push_fault(hubspot::Fault::LostResponse(Duration::from_secs(30)));
+        hs.push_lookup_fault(hubspot::Fault::RateLimited { retry_after: None });
+        let dir = tempfile::tempdir().unwrap();
+        let instances = crm_instances(
+            dir.path(),
+            &format!(
+                "    kind: hubspot\n    settings: {{ base_url: \"{}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n",
+                hs.base_url
+            ),
+        );
+        let server = ServerBuilder::new(database.url())
+            .pipelines(orders_pipeline())
+            .instances(instances)
+            .workers(4)
+            .arg("--call-timeout-ms")
+            .arg("1000")
+            .start();
+        let store = database.store().await;
+        let client = client();
+        let v10 = accept(&client, &server, &order("o-10", "C-1", 10, "delivered")).await;
+        let waiting = eventually(Duration::from_secs(20), || async {
+            let item = store.outbox_for(v10).await.unwrap().remove(0);
+            item.state == "pending" && item.in_doubt
+        })
+        .await;
+        assert!(waiting, "{backend}: v10 should wait in doubt after its lookup was refused");
+        let mut older = Vec::new();
+        for seq in [7, 8, 9] {
+            older.push(
+                accept(&client, &server, &order(&format!("o-{seq}"), "C-1", seq, "old")).await,
+            );
+        }
+        drained(&store).await;
+
+        let writes: Vec<String> = hs.writes().iter().map(|w| w.properties["seq"].clone()).collect();
+        assert_eq!(writes, ["10"], "{backend}: nothing older was written, and v10 only once");
+        assert_eq!(hs.records("customers")[0].properties["status"], "delivered");
+        assert_eq!(
+            states(&store, &older).await,
+            ["skipped_stale", "skipped_stale", "skipped_stale"],
+            "{backend}"
+        );
+        let attempts = store.attempts_for(v10).await.unwrap();
+        assert_eq!(
+            stories(&attempts),
+            pairs(&[("upsert", "ambiguous"), ("lookup", "rate_limited"), ("lookup", "reconciled")]),
+            "{backend}"
+        );
+        assert_eq!(attempts[1].status, Some(429), "{backend}: the failed lookup is evidence");
+        assert!(
+            attempts[1].excerpt.as_deref().unwrap().contains("RATE_LIMIT"),
+            "{backend}: with the CRM's answer"
+        );
+        let waited = attempts[2].started_at_ms - attempts[1].finished_at_ms.unwrap();
+        assert!(waited >= 2000, "{backend}: looked up again after the window, not {waited} ms");
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}

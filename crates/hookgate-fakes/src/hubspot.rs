@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Running;
+use crate::chaos::{Access, Chaos, Dice, Fate};
 
 pub const TOKEN: &str = "pat-na1-fake-token";
 /// HubSpot's rolling rate-limit window.
@@ -25,8 +26,21 @@ pub enum Fault {
     ServerError(u16),
     /// 400 `VALIDATION_ERROR` for a property value.
     Validation,
-    /// Apply the write, then answer only after this delay.
+    /// Apply the write (or read), then answer only after this delay.
     LostResponse(Duration),
+    /// 429 with the rate-limit headers of a used-up window, and `Retry-After` if given.
+    RateLimited { retry_after: Option<Duration> },
+}
+
+/// One write the fake applied, in the order applied: the effect log that tests and
+/// `cargo xtask chaos` judge by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    pub object: String,
+    /// The id property's value.
+    pub id: String,
+    /// The properties the write set.
+    pub properties: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -56,9 +70,14 @@ pub struct HubSpotState {
     window: VecDeque<Instant>,
     /// How long a created or updated record stays invisible to search.
     pub search_lag: Duration,
+    /// Served, one each, to the next writes instead of their answers.
     pub faults: VecDeque<Fault>,
-    /// Every write applied: (object, id property value).
-    pub writes: Vec<(String, String)>,
+    /// Served, one each, to the next reads of one record.
+    pub lookup_faults: VecDeque<Fault>,
+    /// Random faults, when set with [`FakeHubSpot::set_chaos`].
+    dice: Option<Dice>,
+    /// Every write applied, in order.
+    pub writes: Vec<Write>,
     next_id: u64,
 }
 
@@ -94,6 +113,8 @@ impl FakeHubSpot {
             window: VecDeque::new(),
             search_lag: Duration::ZERO,
             faults: VecDeque::new(),
+            lookup_faults: VecDeque::new(),
+            dice: None,
             writes: Vec::new(),
             next_id: 500,
         }));
@@ -119,7 +140,16 @@ impl FakeHubSpot {
         self.lock().records.iter().filter(|r| r.object == object).cloned().collect()
     }
 
-    pub fn writes(&self) -> Vec<(String, String)> {
+    pub fn push_lookup_fault(&self, fault: Fault) {
+        self.lock().lookup_faults.push_back(fault);
+    }
+
+    /// From now on, every request draws a random fate (after any scripted fault).
+    pub fn set_chaos(&self, chaos: Chaos) {
+        self.lock().dice = Some(Dice::new(chaos));
+    }
+
+    pub fn writes(&self) -> Vec<Write> {
         self.lock().writes.clone()
     }
 }
@@ -178,28 +208,40 @@ fn admit(
         ]
     };
     if remaining == 0 {
-        let body = json!({
-            "status": "error",
-            "message": "You have reached your ten_secondly_rolling limit.",
-            "errorType": "RATE_LIMIT",
-            "correlationId": "bbbbbbbb-0000-4000-8000-000000000000",
-            "policyName": "TEN_SECONDLY_ROLLING",
-            "category": "RATE_LIMITS",
-        });
-        let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
-        for (name, value) in limits(0) {
-            response.headers_mut().insert(name, HeaderValue::from_str(&value).expect("ascii"));
-        }
-        if state.retry_after_on_429 {
+        let retry_after = state.retry_after_on_429.then(|| {
             let oldest = state.window.front().copied().unwrap_or(now);
-            let wait =
-                state.window_length.saturating_sub(now.duration_since(oldest)).as_secs().max(1);
-            response.headers_mut().insert("retry-after", HeaderValue::from(wait));
-        }
-        return Err(response);
+            state.window_length.saturating_sub(now.duration_since(oldest))
+        });
+        return Err(rate_limited(state, retry_after));
     }
     state.window.push_back(now);
     Ok(limits(remaining - 1))
+}
+
+/// HubSpot's 429: its body, the headers of a used-up window, and `Retry-After` (whole
+/// seconds, at least one) if given.
+fn rate_limited(state: &HubSpotState, retry_after: Option<Duration>) -> Response {
+    let body = json!({
+        "status": "error",
+        "message": "You have reached your ten_secondly_rolling limit.",
+        "errorType": "RATE_LIMIT",
+        "correlationId": "bbbbbbbb-0000-4000-8000-000000000000",
+        "policyName": "TEN_SECONDLY_ROLLING",
+        "category": "RATE_LIMITS",
+    });
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+    let limits = [
+        ("x-hubspot-ratelimit-max", state.max_per_window.to_string()),
+        ("x-hubspot-ratelimit-remaining", "0".to_owned()),
+        ("x-hubspot-ratelimit-interval-milliseconds", state.window_length.as_millis().to_string()),
+    ];
+    for (name, value) in limits {
+        response.headers_mut().insert(name, HeaderValue::from_str(&value).expect("ascii"));
+    }
+    if let Some(wait) = retry_after {
+        response.headers_mut().insert("retry-after", HeaderValue::from(wait.as_secs().max(1)));
+    }
+    response
 }
 
 fn with_headers(mut response: Response, headers: &[(&'static str, String)]) -> Response {
@@ -236,22 +278,58 @@ struct Batch {
     inputs: Vec<BatchInput>,
 }
 
-/// Applies one fault, if queued: an answer to send now, or a delay to answer after.
-fn take_fault(state: &mut HubSpotState) -> Result<Option<Duration>, Response> {
-    match state.faults.pop_front() {
-        None => Ok(None),
-        Some(Fault::ServerError(status)) => Err(error(
-            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-            "INTERNAL_ERROR",
-            "internal error",
-        )),
-        Some(Fault::Validation) => Err(error(
-            StatusCode::BAD_REQUEST,
-            "VALIDATION_ERROR",
-            "Property values were not valid",
-        )),
-        Some(Fault::LostResponse(delay)) => Ok(Some(delay)),
+/// What becomes of a request before it is applied: a scripted fault if one is queued for its
+/// kind, else a random fate if chaos is set. `Err`: answer this instead, after the delay.
+/// `Ok`: go on, and answer after the delay.
+fn plan(state: &mut HubSpotState, access: Access) -> (Result<(), Response>, Duration) {
+    let scripted = match access {
+        Access::Write => state.faults.pop_front(),
+        Access::Read => state.lookup_faults.pop_front(),
+    };
+    let (fate, latency) = match scripted {
+        Some(Fault::ServerError(status)) => return (Err(server_error(status)), Duration::ZERO),
+        Some(Fault::Validation) => {
+            let response = error(
+                StatusCode::BAD_REQUEST,
+                "VALIDATION_ERROR",
+                "Property values were not valid",
+            );
+            return (Err(response), Duration::ZERO);
+        }
+        Some(Fault::LostResponse(delay)) => (Fate::Delay(delay), Duration::ZERO),
+        Some(Fault::RateLimited { retry_after }) => {
+            return (Err(rate_limited(state, retry_after)), Duration::ZERO);
+        }
+        None => match state.dice.as_mut() {
+            Some(dice) => dice.draw(access),
+            None => (Fate::Pass, Duration::ZERO),
+        },
+    };
+    match fate {
+        Fate::Pass => (Ok(()), latency),
+        Fate::Fail => (Err(server_error(503)), latency),
+        Fate::Delay(delay) => (Ok(()), latency + delay),
+        Fate::RateLimited { retry_after } => {
+            let wait = retry_after.then_some(Duration::from_secs(1));
+            (Err(rate_limited(state, wait)), latency)
+        }
     }
+}
+
+fn server_error(status: u16) -> Response {
+    error(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+        "INTERNAL_ERROR",
+        "internal error",
+    )
+}
+
+/// Answers after `delay`.
+async fn after(delay: Duration, response: Response) -> Response {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    response
 }
 
 fn check_properties(
@@ -276,15 +354,15 @@ async fn batch_upsert(
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    let (response, delay) = {
+    let (response, delay) = 'answer: {
         let mut state = shared.lock().expect("lock");
         let limits = match admit(&mut state, &headers) {
             Ok(limits) => limits,
             Err(response) => return response,
         };
-        let delay = match take_fault(&mut state) {
-            Ok(delay) => delay,
-            Err(response) => return with_headers(response, &limits),
+        let delay = match plan(&mut state, Access::Write) {
+            (Ok(()), delay) => delay,
+            (Err(response), delay) => break 'answer (with_headers(response, &limits), delay),
         };
         let Ok(batch) = serde_json::from_str::<Batch>(&body) else {
             return with_headers(
@@ -335,6 +413,11 @@ async fn batch_upsert(
             let existing = state.records.iter().position(|r| {
                 r.object == object && r.properties.get(&input.id_property) == Some(&input.id)
             });
+            state.writes.push(Write {
+                object: object.clone(),
+                id: input.id.clone(),
+                properties: input.properties.clone(),
+            });
             let (index, new) = match existing {
                 Some(index) => {
                     state.records[index].properties.extend(input.properties);
@@ -355,7 +438,6 @@ async fn batch_upsert(
                     (state.records.len() - 1, true)
                 }
             };
-            state.writes.push((object.clone(), input.id.clone()));
             results.push(record_json(&state.records[index], Some(new)));
         }
         let body = json!({
@@ -367,10 +449,7 @@ async fn batch_upsert(
         });
         (with_headers(Json(body).into_response(), &limits), delay)
     };
-    if let Some(delay) = delay {
-        tokio::time::sleep(delay).await;
-    }
-    response
+    after(delay, response).await
 }
 
 fn find(state: &HubSpotState, object: &str, id: &str, id_property: Option<&str>) -> Option<usize> {
@@ -412,13 +491,28 @@ async fn read(
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let mut state = shared.lock().expect("lock");
-    let limits = match admit(&mut state, &headers) {
+    let (response, delay) = {
+        let mut state = shared.lock().expect("lock");
+        match plan(&mut state, Access::Read) {
+            (Ok(()), delay) => (read_record(&mut state, &object, &id, &query, &headers), delay),
+            (Err(response), delay) => (response, delay),
+        }
+    };
+    after(delay, response).await
+}
+
+fn read_record(
+    state: &mut HubSpotState,
+    object: &str,
+    id: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Response {
+    let limits = match admit(state, headers) {
         Ok(limits) => limits,
         Err(response) => return response,
     };
-    let Some(index) = find(&state, &object, &id, query.get("idProperty").map(String::as_str))
-    else {
+    let Some(index) = find(state, object, id, query.get("idProperty").map(String::as_str)) else {
         return with_headers(
             error(StatusCode::NOT_FOUND, "OBJECT_NOT_FOUND", "resource not found"),
             &limits,
@@ -452,7 +546,7 @@ async fn update(
         Ok(limits) => limits,
         Err(response) => return response,
     };
-    if let Err(response) = take_fault(&mut state).map(|_| ()) {
+    if let (Err(response), _) = plan(&mut state, Access::Write) {
         return with_headers(response, &limits);
     }
     let Ok(body) = serde_json::from_str::<PropertiesBody>(&body) else {
@@ -472,9 +566,9 @@ async fn update(
             &limits,
         );
     };
+    state.writes.push(Write { object: object.clone(), id, properties: body.properties.clone() });
     state.records[index].properties.extend(body.properties);
     state.records[index].updated = Instant::now();
-    state.writes.push((object.clone(), id));
     let record = record_json(&state.records[index], None);
     with_headers(Json(record).into_response(), &limits)
 }

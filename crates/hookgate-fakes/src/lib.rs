@@ -9,12 +9,15 @@
 //!   the `new` flag, update by `idProperty`, search with lag, the 10-second rate-limit window
 //!   with its headers, 401/403 bodies, lost responses.
 //!
-//! Each fake is started on `127.0.0.1:0` and stops when dropped.
+//! Each fake is started on `127.0.0.1:0` and stops when dropped. Each keeps an effect log
+//! (`writes`): every write it applied, in order, with the values it set. Faults come scripted
+//! (one-shot queues for writes and for lookups) or at random ([`chaos::Chaos`], seeded).
 
 // Handlers return complete axum answers as their errors, as the real APIs answer: boxing them
 // would buy nothing in a test server.
 #![allow(clippy::result_large_err)]
 
+pub mod chaos;
 pub mod hubspot;
 pub mod salesforce;
 

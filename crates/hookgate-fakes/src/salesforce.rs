@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 
 use crate::Running;
+use crate::chaos::{Access, Chaos, Dice, Fate};
 
 /// A one-shot failure, served to the next write (upsert) instead of its normal answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,8 +25,22 @@ pub enum Fault {
     LockRow,
     /// 400 `FIELD_CUSTOM_VALIDATION_EXCEPTION`.
     Validation,
-    /// Apply the write, then answer only after this delay (longer than the client waits).
+    /// Apply the write (or read), then answer only after this delay (longer than the client
+    /// waits).
     LostResponse(Duration),
+    /// 403 `REQUEST_LIMIT_EXCEEDED`, as when the org's API calls are used up.
+    RequestLimit,
+}
+
+/// One write the fake applied, in the order applied: the effect log that tests and
+/// `cargo xtask chaos` judge by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    pub object: String,
+    /// The external id's value.
+    pub id: String,
+    /// The fields the write set, as text.
+    pub fields: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -58,9 +73,14 @@ pub struct SalesforceState {
     pub calls_today: u64,
     /// Fields a new record must have, per object.
     pub required_fields: HashMap<String, Vec<String>>,
+    /// Served, one each, to the next writes instead of their answers.
     pub faults: VecDeque<Fault>,
-    /// Every write applied: (object, external id value).
-    pub writes: Vec<(String, String)>,
+    /// Served, one each, to the next lookups.
+    pub lookup_faults: VecDeque<Fault>,
+    /// Random faults, when set with [`FakeSalesforce::set_chaos`].
+    dice: Option<Dice>,
+    /// Every write applied, in order.
+    pub writes: Vec<Write>,
     next_id: u64,
 }
 
@@ -102,6 +122,8 @@ impl FakeSalesforce {
             calls_today: 0,
             required_fields: HashMap::from([("Contact".to_owned(), vec!["LastName".to_owned()])]),
             faults: VecDeque::new(),
+            lookup_faults: VecDeque::new(),
+            dice: None,
             writes: Vec::new(),
             next_id: 1,
         }));
@@ -147,7 +169,16 @@ impl FakeSalesforce {
         self.lock().records.iter().filter(|r| r.object == object).cloned().collect()
     }
 
-    pub fn writes(&self) -> Vec<(String, String)> {
+    pub fn push_lookup_fault(&self, fault: Fault) {
+        self.lock().lookup_faults.push_back(fault);
+    }
+
+    /// From now on, every request draws a random fate (after any scripted fault).
+    pub fn set_chaos(&self, chaos: Chaos) {
+        self.lock().dice = Some(Dice::new(chaos));
+    }
+
+    pub fn writes(&self) -> Vec<Write> {
         self.lock().writes.clone()
     }
 }
@@ -310,50 +341,95 @@ async fn upsert(
 ) -> Response {
     let (response, delay) = {
         let mut state = shared.lock().expect("lock");
-        let limit = match admit(&mut state, &headers) {
-            Ok(limit) => limit,
-            Err(response) => return response,
-        };
-        let fault = state.faults.pop_front();
-        let delay = match fault {
-            Some(Fault::Html503) => {
-                let page = "<html><head><title>Service Unavailable</title></head><body>Maintenance</body></html>";
-                let mut response = (StatusCode::SERVICE_UNAVAILABLE, page).into_response();
-                response
-                    .headers_mut()
-                    .insert("content-type", HeaderValue::from_static("text/html"));
-                return response;
-            }
-            Some(Fault::Json503) => {
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "SERVER_UNAVAILABLE",
-                    "Server too busy",
-                    Some(&limit),
-                );
-            }
-            Some(Fault::LockRow) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "UNABLE_TO_LOCK_ROW",
-                    "unable to obtain exclusive access to this record",
-                    Some(&limit),
-                );
-            }
-            Some(Fault::Validation) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "FIELD_CUSTOM_VALIDATION_EXCEPTION",
-                    "Value does not pass validation",
-                    Some(&limit),
-                );
-            }
-            Some(Fault::LostResponse(delay)) => Some(delay),
-            None => None,
-        };
-        (apply_upsert(&mut state, &version, &object, &field, &value, &query, &body, &limit), delay)
+        match admit(&mut state, &headers) {
+            Err(response) => (response, Duration::ZERO),
+            Ok(limit) => match plan(&mut state, Access::Write, &limit) {
+                (Err(response), delay) => (response, delay),
+                (Ok(()), delay) => {
+                    let response = apply_upsert(
+                        &mut state, &version, &object, &field, &value, &query, &body, &limit,
+                    );
+                    (response, delay)
+                }
+            },
+        }
     };
-    if let Some(delay) = delay {
+    after(delay, response).await
+}
+
+/// What becomes of a request before it is applied: a scripted fault if one is queued for its
+/// kind, else a random fate if chaos is set. `Err`: answer this instead, after the delay.
+/// `Ok`: go on, and answer after the delay.
+fn plan(
+    state: &mut SalesforceState,
+    access: Access,
+    limit: &str,
+) -> (Result<(), Response>, Duration) {
+    let scripted = match access {
+        Access::Write => state.faults.pop_front(),
+        Access::Read => state.lookup_faults.pop_front(),
+    };
+    let (fate, latency) = match scripted {
+        Some(Fault::Html503) => {
+            let page = "<html><head><title>Service Unavailable</title></head><body>Maintenance</body></html>";
+            let mut response = (StatusCode::SERVICE_UNAVAILABLE, page).into_response();
+            response.headers_mut().insert("content-type", HeaderValue::from_static("text/html"));
+            return (Err(response), Duration::ZERO);
+        }
+        Some(Fault::Json503) => (Fate::Fail, Duration::ZERO),
+        Some(Fault::LockRow) => {
+            let response = error(
+                StatusCode::BAD_REQUEST,
+                "UNABLE_TO_LOCK_ROW",
+                "unable to obtain exclusive access to this record",
+                Some(limit),
+            );
+            return (Err(response), Duration::ZERO);
+        }
+        Some(Fault::Validation) => {
+            let response = error(
+                StatusCode::BAD_REQUEST,
+                "FIELD_CUSTOM_VALIDATION_EXCEPTION",
+                "Value does not pass validation",
+                Some(limit),
+            );
+            return (Err(response), Duration::ZERO);
+        }
+        Some(Fault::LostResponse(delay)) => (Fate::Delay(delay), Duration::ZERO),
+        Some(Fault::RequestLimit) => (Fate::RateLimited { retry_after: false }, Duration::ZERO),
+        None => match state.dice.as_mut() {
+            Some(dice) => dice.draw(access),
+            None => (Fate::Pass, Duration::ZERO),
+        },
+    };
+    match fate {
+        Fate::Pass => (Ok(()), latency),
+        Fate::Fail => {
+            let response = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "SERVER_UNAVAILABLE",
+                "Server too busy",
+                Some(limit),
+            );
+            (Err(response), latency)
+        }
+        Fate::Delay(delay) => (Ok(()), latency + delay),
+        // Salesforce documents no Retry-After: its limit answer is a 403 either way.
+        Fate::RateLimited { .. } => {
+            let response = error(
+                StatusCode::FORBIDDEN,
+                "REQUEST_LIMIT_EXCEEDED",
+                "TotalRequests Limit exceeded.",
+                Some(limit),
+            );
+            (Err(response), latency)
+        }
+    }
+}
+
+/// Answers after `delay`.
+async fn after(delay: Duration, response: Response) -> Response {
+    if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
     response
@@ -401,9 +477,9 @@ fn apply_upsert(
     }
     let new_api = version_number(version) >= 46.0;
     if let Some(&index) = matches.first() {
+        state.writes.push(write(object, value, &fields));
         state.records[index].fields.extend(fields);
         let id = state.records[index].id.clone();
-        state.writes.push((object.to_owned(), value.to_owned()));
         if new_api {
             return with_limit(
                 Json(json!({"id": id, "errors": [], "success": true, "created": false}))
@@ -431,10 +507,10 @@ fn apply_upsert(
         }
     }
     let id = state.new_id(object);
+    state.writes.push(write(object, value, &fields));
     let mut record_fields = fields;
     record_fields.insert(field.to_owned(), json!(value));
     state.records.push(Record { id: id.clone(), object: object.to_owned(), fields: record_fields });
-    state.writes.push((object.to_owned(), value.to_owned()));
     let body = if new_api {
         json!({"id": id, "errors": [], "success": true, "created": true})
     } else {
@@ -443,32 +519,63 @@ fn apply_upsert(
     with_limit((StatusCode::CREATED, Json(body)).into_response(), limit)
 }
 
+fn write(object: &str, id: &str, fields: &BTreeMap<String, Value>) -> Write {
+    let text = |value: &Value| match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    Write {
+        object: object.to_owned(),
+        id: id.to_owned(),
+        fields: fields.iter().map(|(name, value)| (name.clone(), text(value))).collect(),
+    }
+}
+
 async fn lookup(
     State(shared): State<Arc<Mutex<SalesforceState>>>,
     Path((version, object, field, value)): Path<(String, String, String, String)>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let mut state = shared.lock().expect("lock");
-    let limit = match admit(&mut state, &headers) {
-        Ok(limit) => limit,
-        Err(response) => return response,
+    let (response, delay) = {
+        let mut state = shared.lock().expect("lock");
+        match admit(&mut state, &headers) {
+            Err(response) => (response, Duration::ZERO),
+            Ok(limit) => match plan(&mut state, Access::Read, &limit) {
+                (Err(response), delay) => (response, delay),
+                (Ok(()), delay) => {
+                    (find_record(&state, &version, &object, &field, &value, &query, &limit), delay)
+                }
+            },
+        }
     };
-    if !state.objects.contains(&object) {
+    after(delay, response).await
+}
+
+fn find_record(
+    state: &SalesforceState,
+    version: &str,
+    object: &str,
+    field: &str,
+    value: &str,
+    query: &HashMap<String, String>,
+    limit: &str,
+) -> Response {
+    if !state.objects.contains(object) {
         return error(
             StatusCode::NOT_FOUND,
             "NOT_FOUND",
             "The requested resource does not exist",
-            Some(&limit),
+            Some(limit),
         );
     }
-    let matches = state.matching(&object, &field, &value);
+    let matches = state.matching(object, field, value);
     match matches.as_slice() {
         [] => error(
             StatusCode::NOT_FOUND,
             "NOT_FOUND",
             "The requested resource does not exist",
-            Some(&limit),
+            Some(limit),
         ),
         [index] => {
             let record = &state.records[*index];
@@ -484,11 +591,11 @@ async fn lookup(
                     body.insert(name.clone(), value.clone());
                 }
             }
-            with_limit(Json(Value::Object(body)).into_response(), &limit)
+            with_limit(Json(Value::Object(body)).into_response(), limit)
         }
         several => {
-            let urls = record_urls(&state, &version, &object, several);
-            with_limit((StatusCode::MULTIPLE_CHOICES, Json(urls)).into_response(), &limit)
+            let urls = record_urls(state, version, object, several);
+            with_limit((StatusCode::MULTIPLE_CHOICES, Json(urls)).into_response(), limit)
         }
     }
 }
