@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hookgate_fakes::proxy::Proxy;
 use reqwest::StatusCode;
 use serde_json::Value;
 use support::*;

@@ -5,16 +5,12 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use hookgate_store::testing::{drop_postgres_database, fresh_postgres_database, sqlite_url};
 use hookgate_store::{Store, StoreOptions};
 use hookgate_verify::{Algorithm, Encoding, compute_mac};
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
 
 pub const GITHUB_SECRET: &str = "github-e2e-secret";
 pub const PARTNER_SECRET: &str = "partner-e2e-secret";
@@ -413,54 +409,5 @@ where
             return false;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A TCP proxy in front of PostgreSQL that can be cut (every connection dropped, new ones
-/// refused) and restored, to make the database unreachable without stopping the shared server.
-pub struct Proxy {
-    pub address: SocketAddr,
-    open: Arc<AtomicBool>,
-    /// Bumped on every cut; each proxied connection ends when it changes.
-    cuts: tokio::sync::watch::Sender<u64>,
-}
-
-impl Proxy {
-    pub async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy binds");
-        let address = listener.local_addr().expect("bound");
-        let open = Arc::new(AtomicBool::new(true));
-        let (cuts, _) = tokio::sync::watch::channel(0u64);
-        let (accept_open, accept_cuts) = (Arc::clone(&open), cuts.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else { continue };
-                if !accept_open.load(Ordering::SeqCst) {
-                    let _ = inbound.shutdown().await;
-                    continue;
-                }
-                let mut cut = accept_cuts.subscribe();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(upstream).await else { return };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {},
-                        _ = cut.changed() => {},
-                    }
-                });
-            }
-        });
-        Proxy { address, open, cuts }
-    }
-
-    /// Drops every proxied connection and refuses new ones.
-    pub async fn cut(&self) {
-        self.open.store(false, Ordering::SeqCst);
-        self.cuts.send_modify(|n| *n += 1);
-        // Let the connection tasks see the change and close their sockets.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-
-    pub fn restore(&self) {
-        self.open.store(true, Ordering::SeqCst);
     }
 }

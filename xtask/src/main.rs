@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use hookgate::check::{self, Options, SecretPolicy};
 
 mod bench;
+mod chaos;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask")]
@@ -34,6 +35,46 @@ enum Command {
         deliveries: usize,
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
+    },
+    /// Fault injection: gateways SIGKILLed and restarted, senders retrying, CRMs failing, the
+    /// database cut off once; judged from the fake CRMs' effect logs. Exits non-zero on any
+    /// lost event, duplicate effect, stale overwrite or event accepted twice. Needs
+    /// PostgreSQL on 127.0.0.1:5432 (or `HOOKGATE_TEST_POSTGRES`).
+    Chaos {
+        /// The backends to run, one after the other.
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "postgres,sqlite")]
+        backend: Vec<chaos::Backend>,
+        #[arg(long, default_value_t = 10_000)]
+        events: usize,
+        #[arg(long, default_value_t = 1_000)]
+        entities: usize,
+        /// Gateway processes sharing PostgreSQL (SQLite runs one).
+        #[arg(long, default_value_t = 2)]
+        processes: usize,
+        /// Each event is delivered 1 to this many times.
+        #[arg(long, default_value_t = 5)]
+        deliveries_max: u32,
+        /// Deliveries sent per second, spread over the run.
+        #[arg(long, default_value_t = 150)]
+        rate: u32,
+        /// Repeats a run's plan and faults (default: from the clock; the report names it).
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long, value_enum, default_value = "cut")]
+        postgres_fault: chaos::PostgresFault,
+        /// How long the writes may take to drain once the kills stop.
+        #[arg(long, default_value_t = 600)]
+        drain_timeout_secs: u64,
+        /// Run a release build of hookgate.
+        #[arg(long)]
+        release: bool,
+        /// The CI variant: 400 events over 40 entities at 30 deliveries a second (about two
+        /// minutes on two cores for both backends).
+        #[arg(long)]
+        quick: bool,
+        /// Where the report and the gateways' logs go.
+        #[arg(long, default_value = "target/chaos")]
+        out: PathBuf,
     },
 }
 
@@ -68,6 +109,46 @@ fn main() -> Result<ExitCode> {
         Command::Bench { deliveries, concurrency } => {
             bench::run(&root, deliveries, concurrency)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Chaos {
+            backend,
+            events,
+            entities,
+            processes,
+            deliveries_max,
+            rate,
+            seed,
+            postgres_fault,
+            drain_timeout_secs,
+            release,
+            quick,
+            out,
+        } => {
+            let (events, entities, rate) =
+                if quick { (400, 40, 30) } else { (events, entities, rate) };
+            if entities == 0 || processes == 0 || deliveries_max == 0 {
+                anyhow::bail!("--entities, --processes and --deliveries-max must be at least 1");
+            }
+            let seed = seed.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0)
+            });
+            let options = chaos::Options {
+                backends: backend,
+                events,
+                entities,
+                processes,
+                deliveries_max,
+                rate,
+                seed,
+                postgres_fault,
+                drain_timeout_secs,
+                release,
+                out: root.join(out),
+            };
+            Ok(if chaos::run(&root, options)? { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Codegen => {
             for (name, text) in schemas() {

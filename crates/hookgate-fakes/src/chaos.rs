@@ -3,6 +3,7 @@
 //! own API's documented answer (HubSpot's 429 with its headers, Salesforce's 403
 //! `REQUEST_LIMIT_EXCEEDED`, each one's 5xx body).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -58,15 +59,45 @@ pub struct Dice {
     rng: StdRng,
     burst_left: u32,
     bursts: u64,
+    /// How many requests met each fault, for reports.
+    injected: BTreeMap<&'static str, u64>,
 }
 
 impl Dice {
     pub fn new(chaos: Chaos) -> Dice {
-        Dice { rng: StdRng::seed_from_u64(chaos.seed), chaos, burst_left: 0, bursts: 0 }
+        Dice {
+            rng: StdRng::seed_from_u64(chaos.seed),
+            chaos,
+            burst_left: 0,
+            bursts: 0,
+            injected: BTreeMap::new(),
+        }
     }
 
-    /// The fate of one request, and the latency to add before its answer.
+    /// How many requests met each fault so far.
+    pub fn injected(&self) -> BTreeMap<String, u64> {
+        self.injected.iter().map(|(name, n)| ((*name).to_owned(), *n)).collect()
+    }
+
+    /// The fate of one request, and the latency to add before its answer; counted.
     pub fn draw(&mut self, access: Access) -> (Fate, Duration) {
+        let (fate, latency) = self.roll(access);
+        let name = match (fate, access) {
+            (Fate::Pass, _) => None,
+            (Fate::Fail, Access::Write) => Some("write_failed"),
+            (Fate::Fail, Access::Read) => Some("lookup_failed"),
+            (Fate::Delay(_), Access::Write) => Some("write_answer_lost"),
+            (Fate::Delay(_), Access::Read) => Some("lookup_timed_out"),
+            (Fate::RateLimited { retry_after: true }, _) => Some("rate_limited_with_retry_after"),
+            (Fate::RateLimited { retry_after: false }, _) => Some("rate_limited"),
+        };
+        if let Some(name) = name {
+            *self.injected.entry(name).or_default() += 1;
+        }
+        (fate, latency)
+    }
+
+    fn roll(&mut self, access: Access) -> (Fate, Duration) {
         let latency = self.chaos.latency_max.mul_f64(self.rng.random::<f64>());
         if self.burst_left == 0 && self.rng.random_bool(self.chaos.rate_limit_burst_rate) {
             self.burst_left = self.chaos.rate_limit_burst_length;
@@ -126,6 +157,11 @@ mod tests {
         assert!((200..600).contains(&limited), "{limited} in bursts of 4 at 1%");
         let with_retry_after = count(&writes, |f| *f == Fate::RateLimited { retry_after: true });
         assert!(with_retry_after > 0 && with_retry_after < limited, "both kinds of 429");
+        let mut dice = Dice::new(chaos.clone());
+        for _ in 0..10_000 {
+            dice.draw(Access::Write);
+        }
+        assert_eq!(dice.injected()["write_failed"], failed as u64, "faults are counted");
         let reads = draws(Access::Read);
         assert!((2_500..3_500).contains(&count(&reads, |f| *f == Fate::Fail)));
         assert_eq!(count(&reads, |f| matches!(f, Fate::Delay(_))), 0, "no lookup timeouts asked");

@@ -149,6 +149,11 @@ impl FakeHubSpot {
         self.lock().dice = Some(Dice::new(chaos));
     }
 
+    /// How many requests met each random fault so far.
+    pub fn injected(&self) -> BTreeMap<String, u64> {
+        self.lock().dice.as_ref().map(Dice::injected).unwrap_or_default()
+    }
+
     pub fn writes(&self) -> Vec<Write> {
         self.lock().writes.clone()
     }

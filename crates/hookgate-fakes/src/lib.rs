@@ -19,6 +19,7 @@
 
 pub mod chaos;
 pub mod hubspot;
+pub mod proxy;
 pub mod salesforce;
 
 use tokio::net::TcpListener;

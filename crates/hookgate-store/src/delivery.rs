@@ -553,6 +553,15 @@ impl Store {
         })
     }
 
+    /// How many items are in each state, across pipelines.
+    pub async fn item_states(&self) -> Result<Vec<(String, i64)>> {
+        read_on_both!(self, pool => {
+            Ok(sqlx::query_as("SELECT state, COUNT(*) FROM outbox GROUP BY state ORDER BY state")
+                .fetch_all(pool)
+                .await?)
+        })
+    }
+
     /// Items still to do (pending or in flight), across pipelines: zero means drained.
     pub async fn unfinished_items(&self) -> Result<i64> {
         read_on_both!(self, pool => {

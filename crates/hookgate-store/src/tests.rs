@@ -486,6 +486,7 @@ async fn concurrent_leasers_never_hold_one_entity_twice() {
             worker.await.unwrap();
         }
         assert_eq!(store.unfinished_items().await.unwrap(), 0);
+        assert_eq!(store.item_states().await.unwrap(), [("done".to_owned(), 60)]);
     })
     .await;
 }
