@@ -288,6 +288,13 @@ async fn a_write_in_doubt_after_a_kill_is_settled_before_older_versions_are_writ
             Some("version 1 is not newer than 3, already applied to C-1"),
             "{backend}: evidence in the sender's terms"
         );
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["events", "--database-url", database.url(), "show", &v3.to_string()])
+            .output()
+            .unwrap();
+        let story = String::from_utf8_lossy(&output.stdout);
+        assert!(story.contains("entity C-1  version 3  state done"), "{backend}: {story}");
+        assert!(!story.contains("0922337"), "{backend}: no sort keys in evidence: {story}");
         store.close().await;
         drop(second);
         database.cleanup().await;
@@ -366,6 +373,61 @@ async fn older_versions_wait_while_a_lost_answer_cannot_be_looked_up() {
         assert!(waited >= 2000, "{backend}: looked up again after the window, not {waited} ms");
         store.close().await;
         drop(server);
+        database.cleanup().await;
+    }
+}
+
+/// One attempt that takes longer than a lease: the write's answer is lost after 2 s and the
+/// lookup that follows answers after 1.5 s, against 3 s leases. The lease is renewed before each
+/// call, so the second gateway never takes the entity over mid-attempt, and one worker settles
+/// it with one lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_renewed_before_each_call_so_no_worker_takes_over_mid_attempt() {
+    for database in Database::both().await {
+        let backend = database.name();
+        let hs = FakeHubSpot::start().await;
+        {
+            let mut state = hs.lock();
+            state.token = "pat-na1-e2e".into();
+            state.unique_properties.insert("customers".into(), ["customer_id".into()].into());
+        }
+        hs.push_fault(hubspot::Fault::LostResponse(Duration::from_millis(2500)));
+        hs.push_lookup_fault(hubspot::Fault::LostResponse(Duration::from_millis(1500)));
+        let dir = tempfile::tempdir().unwrap();
+        let instances = crm_instances(
+            dir.path(),
+            &format!(
+                "    kind: hubspot\n    settings: {{ base_url: \"{}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n",
+                hs.base_url
+            ),
+        );
+        let builder = ServerBuilder::new(database.url())
+            .pipelines(orders_pipeline())
+            .instances(instances)
+            .workers(1)
+            .arg("--lease-ms")
+            .arg("3000")
+            .arg("--call-timeout-ms")
+            .arg("2000");
+        let (first, second) = (builder.start(), builder.start());
+        let store = database.store().await;
+        let event = accept(&client(), &first, &order("o-1", "C-1", 1, "paid")).await;
+        drained(&store).await;
+
+        let attempts = store.attempts_for(event).await.unwrap();
+        assert_eq!(
+            stories(&attempts),
+            pairs(&[("upsert", "ambiguous"), ("lookup", "reconciled")]),
+            "{backend}"
+        );
+        assert_eq!(attempts[0].worker, attempts[1].worker, "{backend}: one lease throughout");
+        assert!(
+            attempts[1].finished_at_ms.unwrap() - attempts[0].started_at_ms > 3000,
+            "{backend}: the attempt outlasted one lease period"
+        );
+        assert_eq!(hs.writes().len(), 1, "{backend}");
+        store.close().await;
+        drop((first, second));
         database.cleanup().await;
     }
 }

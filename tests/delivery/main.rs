@@ -540,4 +540,19 @@ fn a_lease_that_cannot_cover_a_call_is_refused_naming_the_flags() {
         );
         assert!(!dir.path().join("never.db").exists(), "refused before anything was opened");
     }
+    // `check` refuses it too, so that a deployment's CI catches what `serve` would refuse.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check", "--lease-ms", "3000", "--call-timeout-ms", "2500"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.starts_with(
+            "error: --lease-ms (3000) and --call-timeout-ms (2500): a lease of 3000 ms"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains(": 1 errors,"), "counted in the summary: {stdout}");
 }

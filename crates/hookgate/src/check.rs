@@ -182,6 +182,8 @@ pub fn fixture_dir(pipeline: &Path) -> PathBuf {
 #[derive(Debug, Default)]
 pub struct Report {
     pub diagnostics: Vec<Diagnostic>,
+    /// Errors that belong to no file: options and environment variables.
+    pub option_errors: Vec<String>,
     pub pipelines: usize,
     pub fixtures_run: usize,
     pub fixtures_failed: usize,
@@ -189,16 +191,19 @@ pub struct Report {
 
 impl Report {
     pub fn errors(&self) -> usize {
-        self.diagnostics.iter().filter(|d| d.is_error()).count()
+        self.diagnostics.iter().filter(|d| d.is_error()).count() + self.option_errors.len()
     }
 
     pub fn warnings(&self) -> usize {
-        self.diagnostics.len() - self.errors()
+        self.diagnostics.iter().filter(|d| !d.is_error()).count()
     }
 
     /// Diagnostics, then a summary line.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        for error in &self.option_errors {
+            let _ = writeln!(out, "error: {error}");
+        }
         for diagnostic in &self.diagnostics {
             let _ = writeln!(out, "{diagnostic}");
         }

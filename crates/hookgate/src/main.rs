@@ -35,6 +35,10 @@ enum Command {
     Check {
         #[command(flatten)]
         config: ConfigArgs,
+        /// The workers' settings (and their environment variables) are checked too, so that a
+        /// deployment's CI refuses what `serve` would.
+        #[command(flatten)]
+        work: WorkArgs,
     },
     /// Serve `POST /hooks/{pipeline}`, `GET /healthz` and `GET /readyz`, and deliver to the CRMs.
     ///
@@ -229,10 +233,16 @@ struct WorkArgs {
 }
 
 impl WorkArgs {
+    /// The workers' configuration, when this process runs any.
     fn config(&self) -> Result<Option<WorkerConfig>> {
         if self.workers == 0 {
             return Ok(None);
         }
+        self.worker_config().map(Some)
+    }
+
+    /// The workers' configuration, refused if the lease cannot cover a CRM call.
+    fn worker_config(&self) -> Result<WorkerConfig> {
         let defaults = WorkerConfig::default();
         let config = WorkerConfig {
             worker_id: self.worker_id.clone().unwrap_or(defaults.worker_id),
@@ -248,7 +258,7 @@ impl WorkArgs {
                 self.call_timeout_ms
             );
         }
-        Ok(Some(config))
+        Ok(config)
     }
 }
 
@@ -275,14 +285,17 @@ fn main() -> ExitCode {
             }
         };
     }
-    if let Command::Check { config } = cli.command {
+    if let Command::Check { config, work } = cli.command {
         let options = Options {
             paths: config.pipelines,
             instances: config.instances,
             secrets: SecretPolicy::Warn,
             resolver: Default::default(),
         };
-        let report = check::check(&options);
+        let mut report = check::check(&options);
+        if let Err(problem) = work.worker_config() {
+            report.option_errors.push(format!("{problem:#}"));
+        }
         print!("{}", report.render());
         return if report.errors() > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS };
     }
