@@ -118,13 +118,16 @@ impl Worker {
         loop {
             while in_hand.try_join_next().is_some() {}
             let free = self.config.concurrency.saturating_sub(in_hand.len());
-            let leased = if free > 0 { self.lease(free).await } else { Vec::new() };
+            // Lease in batches: a lease searches the backlog, so one per freed slot would cost a
+            // search per write. Wait for half the slots, unless nothing is in hand.
+            let batch = in_hand.is_empty() || free * 2 >= self.config.concurrency;
+            let leased = if free > 0 && batch { self.lease(free).await } else { Vec::new() };
             let idle = leased.is_empty();
             for item in leased {
                 let worker = self.clone();
                 in_hand.spawn(async move { worker.process(item).await });
             }
-            if idle || free == 0 {
+            if idle || !batch {
                 tokio::select! {
                     () = &mut shutdown => break,
                     _ = in_hand.join_next(), if !in_hand.is_empty() => {}

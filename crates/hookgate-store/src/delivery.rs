@@ -186,11 +186,18 @@ impl Store {
         lease_expires_at_ms: i64,
         limit: i64,
     ) -> Result<Vec<LeasedItem>> {
+        // Two index walks rather than one `OR`: items left in flight by a dead worker (few),
+        // then pending items in due order, stopping at the limit. With the `OR`, both
+        // databases evaluated the head rule for the whole backlog before sorting it.
+        let free = "NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = o.pipeline \
+            AND e.target = o.target AND e.entity = o.entity AND e.lease_expires_at_ms > $1)";
         let candidates_sql = format!(
-            "SELECT o.pipeline, o.target, o.entity FROM outbox o WHERE {DUE} \
-             AND NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = o.pipeline AND e.target = o.target \
-                 AND e.entity = o.entity AND e.lease_expires_at_ms > $1) \
-             AND {HEAD} ORDER BY o.next_attempt_at_ms, o.id LIMIT $2"
+            "SELECT * FROM (SELECT o.pipeline, o.target, o.entity FROM outbox o \
+               WHERE o.state = 'in_flight' AND {free} AND {HEAD} LIMIT $2) AS abandoned \
+             UNION ALL \
+             SELECT * FROM (SELECT o.pipeline, o.target, o.entity FROM outbox o \
+               WHERE o.state = 'pending' AND o.next_attempt_at_ms <= $1 AND {free} AND {HEAD} \
+               ORDER BY o.next_attempt_at_ms LIMIT $2) AS due"
         );
         let lock = match self {
             Store::Sqlite { .. } => "",
@@ -203,12 +210,13 @@ impl Store {
                WHERE e.lease_owner = $2 AND {DUE} AND {HEAD}) \
              RETURNING {ITEM_COLUMNS}"
         );
+        // A snapshot read: on SQLite it goes to a reader, so that the one writer is not held
+        // while the backlog is searched; the claim below checks again.
+        let mut candidates: Vec<(String, String, String)> = read_on_both!(self, pool => {
+            sqlx::query_as(&candidates_sql).bind(now_ms).bind(limit).fetch_all(pool).await?
+        });
         on_both!(self, pool => {
-            let mut candidates: Vec<(String, String, String)> = sqlx::query_as(&candidates_sql)
-                .bind(now_ms)
-                .bind(limit)
-                .fetch_all(pool)
-                .await?;
+            candidates.truncate(usize::try_from(limit).unwrap_or(0));
             if candidates.is_empty() {
                 return Ok(Vec::new());
             }
