@@ -19,6 +19,7 @@ pub async fn fresh_postgres_database() -> String {
     let mut connection = PgConnection::connect(&admin)
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL must be running for the tests ({admin}): {e}"));
+    drop_orphans(&mut connection).await;
     let name = format!("hookgate_test_{}_{:016x}", std::process::id(), rand::random::<u64>());
     sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&mut connection)
@@ -28,6 +29,31 @@ pub async fn fresh_postgres_database() -> String {
     match admin.rsplit_once('/') {
         Some((server, _)) => format!("{server}/{name}"),
         None => panic!("cannot derive a database URL from {admin}"),
+    }
+}
+
+/// Drops the test databases of processes that are gone: a test that panics, or a run that is
+/// killed, leaves its database behind. Names carry the creating process's id; a database whose
+/// process still runs (another test binary, on this machine) is left alone.
+async fn drop_orphans(connection: &mut PgConnection) {
+    // Without /proc there is no telling whether a process runs: leave everything.
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT datname FROM pg_database WHERE datname LIKE 'hookgate\\_test\\_%'",
+    )
+    .fetch_all(&mut *connection)
+    .await
+    .unwrap_or_default();
+    for name in names {
+        let pid = name.split('_').nth(2).and_then(|pid| pid.parse::<u32>().ok());
+        let alive = pid.is_none_or(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&mut *connection)
+                .await;
+        }
     }
 }
 
