@@ -447,15 +447,21 @@ async fn bad_input_gets_its_documented_answer_and_the_server_stays_up() {
             StatusCode::BAD_REQUEST
         );
 
-        // A 100 KB header: 431.
-        let huge = "a".repeat(100 * 1024);
-        let delivery = partner("P-1", "2026-03-01T10:00:00Z", "a").with_header("X-Padding", &huge);
+        // Headers over the 32 KiB limit: 431 with the limit.
+        let big = "a".repeat(36 * 1024);
+        let delivery = partner("P-1", "2026-03-01T10:00:00Z", "a").with_header("X-Padding", &big);
         let (status, body) = json(delivery.send(&client, &server).await).await;
         assert_eq!(
-            (status, body["status"].as_str()),
-            (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, Some("headers_too_large")),
+            (status, body["status"].as_str(), body["limit_bytes"].as_u64()),
+            (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, Some("headers_too_large"), Some(32768)),
             "{backend}"
         );
+        // A header block that does not even fit the read buffer (the limit plus 8 KiB): 431
+        // from the HTTP layer, before anything else is read.
+        let huge = "a".repeat(100 * 1024);
+        let delivery = partner("P-1", "2026-03-01T10:00:00Z", "a").with_header("X-Padding", &huge);
+        let response = delivery.send(&client, &server).await;
+        assert_eq!(response.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "{backend}");
 
         // A wrong content type does not matter: the signature and the pipeline decide.
         let plain =

@@ -7,8 +7,13 @@
 //! engine untouched, and maps the engine's outcome to a status code and a small JSON body.
 //! Internal errors are logged here and answered with a bare message: the sender learns the
 //! outcome, never our internals.
+//!
+//! # Layout
+//! - `listen`: accepting and serving connections, with a bound on every resource a client can
+//!   hold (connections, time, memory) and a shutdown deadline.
+//! - `refusal`: every refusal at the edge, counted and logged at a bounded rate.
+//! - this file: the routes and the body reader.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,22 +23,42 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use bytes::{Bytes, BytesMut};
 use hookgate_engine::{Gateway, IncomingDelivery, IntakeOutcome, now_ms};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use serde_json::json;
-use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+mod listen;
+mod refusal;
+
+pub use listen::serve;
+use refusal::{Refusal, refused};
+
+/// A body takes its share of the shared body budget in blocks of this many bytes.
+const BUDGET_BLOCK_BYTES: usize = 16 * 1024;
 
 /// Seconds a sender is asked to wait before retrying when the database is unavailable.
 pub const RETRY_AFTER_SECS: u32 = 5;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Bodies larger than this are answered 413.
+    /// Bodies larger than this are answered 413 (before reading, when the length is announced).
     pub body_bytes_max: usize,
+    /// Bodies of all requests together hold at most this much memory; a request that would
+    /// go over waits for room, within its read timeout.
+    pub body_bytes_in_flight_max: usize,
     /// All headers together larger than this are answered 431.
     pub header_bytes_max: usize,
+    /// The request line and headers must arrive within this time, and an idle kept-alive
+    /// connection is closed after it.
+    pub header_timeout: Duration,
     /// A body not received within this time is answered 408.
     pub read_timeout: Duration,
+    /// Connections served at once; more are answered 503 and closed.
+    pub connections_max: usize,
+    /// After a shutdown is asked for, connections still open after this are dropped.
+    pub shutdown_timeout: Duration,
     /// The public base URL senders call (`https://hooks.example.com`), for URL-signed schemes.
     /// Without it the URL is rebuilt from the `Host` header, which is wrong behind a proxy
     /// that rewrites it.
@@ -46,8 +71,12 @@ impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
             body_bytes_max: 1024 * 1024,
+            body_bytes_in_flight_max: 64 * 1024 * 1024,
             header_bytes_max: 32 * 1024,
+            header_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),
+            connections_max: 1024,
+            shutdown_timeout: Duration::from_secs(15),
             public_url: None,
             metrics: None,
         }
@@ -58,28 +87,19 @@ impl Default for ServerConfig {
 struct AppState {
     gateway: Gateway,
     config: Arc<ServerConfig>,
+    /// Bytes of body all requests may hold at once; a permit per byte held.
+    body_budget: Arc<Semaphore>,
 }
 
 pub fn router(gateway: Gateway, config: ServerConfig) -> Router {
-    let state = AppState { gateway, config: Arc::new(config) };
+    let body_budget = Arc::new(Semaphore::new(config.body_bytes_in_flight_max));
+    let state = AppState { gateway, config: Arc::new(config), body_budget };
     Router::new()
         .route("/hooks/{pipeline}", post(intake))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .with_state(state)
-}
-
-/// Serves until `shutdown` completes, then stops accepting, lets in-flight requests finish,
-/// and returns.
-pub async fn serve(
-    listener: TcpListener,
-    gateway: Gateway,
-    config: ServerConfig,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let app = router(gateway, config);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
 fn answer(status: StatusCode, body: serde_json::Value) -> Response {
@@ -96,13 +116,15 @@ async fn intake(
 
     let header_bytes: usize = parts.headers.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
     if header_bytes > state.config.header_bytes_max {
+        refused(Refusal::HeadersTooLarge, &format_args!("{header_bytes} bytes of headers"));
         return answer(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             json!({"status": "headers_too_large", "limit_bytes": state.config.header_bytes_max}),
         );
     }
-    let body = match read_body(body, &state.config).await {
-        Ok(body) => body,
+    // Held until the answer: the body's bytes count against the shared budget until then.
+    let (body, _held) = match read_body(body, &parts.headers, &state).await {
+        Ok(read) => read,
         Err(response) => return response,
     };
     let headers = header_pairs(&parts.headers);
@@ -150,21 +172,76 @@ fn unavailable() -> Response {
     response
 }
 
-/// Reads the whole body under the size limit and the read timeout.
-async fn read_body(body: Body, config: &ServerConfig) -> Result<bytes::Bytes, Response> {
-    let limited = Limited::new(body, config.body_bytes_max);
-    match tokio::time::timeout(config.read_timeout, limited.collect()).await {
-        Err(_) => Err(answer(StatusCode::REQUEST_TIMEOUT, json!({"status": "read_timeout"}))),
-        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => Err(answer(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            json!({"status": "too_large", "limit_bytes": config.body_bytes_max}),
-        )),
-        Ok(Err(error)) => {
-            tracing::info!(error = %error, "body read failed");
+/// Reads the whole body into one buffer, within the size limit, the shared budget and the
+/// read timeout. An announced length over the limit is refused before anything is read (so an
+/// `Expect: 100-continue` gets no `100 Continue`). Returns the body and its share of the budget.
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    state: &AppState,
+) -> Result<(Bytes, OwnedSemaphorePermit), Response> {
+    let limit = state.config.body_bytes_max;
+    let too_large = |detail: &dyn std::fmt::Display| {
+        refused(Refusal::TooLarge, detail);
+        answer(StatusCode::PAYLOAD_TOO_LARGE, json!({"status": "too_large", "limit_bytes": limit}))
+    };
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = announced.filter(|l| *l > limit as u64) {
+        return Err(too_large(&format_args!("announced {length} bytes")));
+    }
+    let capacity = announced.map_or(limit, |l| usize::try_from(l).unwrap_or(limit));
+    let read = async {
+        let mut buffer = BytesMut::with_capacity(capacity);
+        // Permits are taken as bytes arrive, not for the announced length up front, so a lie
+        // in Content-Length cannot reserve the budget.
+        // The budget is never closed: acquiring from it fails only if it were.
+        let mut held = Arc::clone(&state.body_budget)
+            .acquire_many_owned(0)
+            .await
+            .map_err(|_| ReadError::TooLarge)?;
+        let mut body = body;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(ReadError::Broken)?;
+            let Ok(data) = frame.into_data() else { continue };
+            let needed = buffer.len() + data.len();
+            if needed > limit {
+                return Err(ReadError::TooLarge);
+            }
+            if needed > held.num_permits() {
+                // In blocks, so that a body of tiny chunks does not cost a wait per chunk.
+                let block = (needed - held.num_permits()).max(BUDGET_BLOCK_BYTES);
+                let block = block.min(limit - held.num_permits());
+                let block = u32::try_from(block).map_err(|_| ReadError::TooLarge)?;
+                let more = Arc::clone(&state.body_budget)
+                    .acquire_many_owned(block)
+                    .await
+                    .map_err(|_| ReadError::TooLarge)?;
+                held.merge(more);
+            }
+            buffer.extend_from_slice(&data);
+        }
+        Ok((buffer.freeze(), held))
+    };
+    match tokio::time::timeout(state.config.read_timeout, read).await {
+        Err(_) => {
+            refused(Refusal::ReadTimeout, &format_args!("after {:?}", state.config.read_timeout));
+            Err(answer(StatusCode::REQUEST_TIMEOUT, json!({"status": "read_timeout"})))
+        }
+        Ok(Err(ReadError::TooLarge)) => Err(too_large(&"the body went over the limit")),
+        Ok(Err(ReadError::Broken(error))) => {
+            refused(Refusal::UnreadableBody, &error);
             Err(answer(StatusCode::BAD_REQUEST, json!({"status": "unreadable_body"})))
         }
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Ok(read)) => Ok(read),
     }
+}
+
+enum ReadError {
+    TooLarge,
+    Broken(axum::Error),
 }
 
 fn header_pairs(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {

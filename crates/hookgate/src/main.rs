@@ -200,12 +200,27 @@ struct ServeArgs {
     /// Bodies larger than this many bytes are answered 413.
     #[arg(long, env = "HOOKGATE_BODY_LIMIT_BYTES", default_value_t = 1024 * 1024)]
     body_limit_bytes: usize,
+    /// Bodies of all requests together may hold this many bytes at once; a request that
+    /// would go over waits (within its read timeout). At least the body limit.
+    #[arg(long, env = "HOOKGATE_BODY_BUDGET_BYTES", default_value_t = 64 * 1024 * 1024)]
+    body_budget_bytes: usize,
     /// All request headers together larger than this many bytes are answered 431.
     #[arg(long, env = "HOOKGATE_HEADER_LIMIT_BYTES", default_value_t = 32 * 1024)]
     header_limit_bytes: usize,
+    /// The request line and headers must arrive within this many seconds, and a kept-alive
+    /// connection waiting for its next request is closed after it.
+    #[arg(long, env = "HOOKGATE_HEADER_TIMEOUT_SECS", default_value_t = 10)]
+    header_timeout_secs: u64,
     /// A body not fully received within this many seconds is answered 408.
     #[arg(long, env = "HOOKGATE_READ_TIMEOUT_SECS", default_value_t = 30)]
     read_timeout_secs: u64,
+    /// Connections served at once; one more is answered 503 and closed.
+    #[arg(long, env = "HOOKGATE_CONNECTIONS_MAX", default_value_t = 1024)]
+    connections_max: usize,
+    /// On SIGTERM, whatever is still open after this many seconds (connections, CRM calls)
+    /// is dropped and the process exits; a write cut off is reconciled by the next worker.
+    #[arg(long, env = "HOOKGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 15)]
+    shutdown_timeout_secs: u64,
     /// The public base URL senders call (e.g. `https://hooks.example.com`); URL-signed schemes
     /// (HubSpot v3) sign it. Without it the URL is rebuilt from the Host header.
     #[arg(long, env = "HOOKGATE_PUBLIC_URL")]
@@ -321,6 +336,13 @@ async fn run(command: Command) -> Result<()> {
     match command {
         Command::Check { .. } | Command::Sign { .. } => unreachable!("handled without a runtime"),
         Command::Serve { config, database, serve, work } => {
+            if serve.body_budget_bytes < serve.body_limit_bytes {
+                anyhow::bail!(
+                    "--body-budget-bytes ({}) must be at least --body-limit-bytes ({}): one body must fit",
+                    serve.body_budget_bytes,
+                    serve.body_limit_bytes
+                );
+            }
             serve::run(ServeOptions {
                 database_url: database.database_url.clone(),
                 listen: Some(serve.listen),
@@ -328,8 +350,12 @@ async fn run(command: Command) -> Result<()> {
                 instances: config.instances,
                 server: ServerConfig {
                     body_bytes_max: serve.body_limit_bytes,
+                    body_bytes_in_flight_max: serve.body_budget_bytes,
                     header_bytes_max: serve.header_limit_bytes,
+                    header_timeout: Duration::from_secs(serve.header_timeout_secs),
                     read_timeout: Duration::from_secs(serve.read_timeout_secs),
+                    connections_max: serve.connections_max,
+                    shutdown_timeout: Duration::from_secs(serve.shutdown_timeout_secs),
                     public_url: serve.public_url,
                     // Installed by `serve::start`, which owns the process's recorder.
                     metrics: None,

@@ -19,6 +19,8 @@ use tokio::task::JoinHandle;
 use crate::check::{self, Options, SecretPolicy};
 use crate::{connectors, secrets};
 
+/// Beyond the server's shutdown timeout, the time left to close the store before exiting.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// How often retention runs.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// How often the metrics recorder drains its histograms (nothing else drives it: we serve
@@ -131,6 +133,7 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
 
 /// Runs until SIGTERM or Ctrl-C.
 pub async fn run(options: ServeOptions) -> Result<()> {
+    let shutdown_timeout = options.server.shutdown_timeout;
     let running = start(options).await?;
     if let Some(address) = running.address {
         // Tests and scripts read this line to learn the bound port (`--listen 127.0.0.1:0`).
@@ -139,7 +142,12 @@ pub async fn run(options: ServeOptions) -> Result<()> {
         println!("hookgate working");
     }
     shutdown_signal().await;
-    running.stop().await;
+    // Connections have this long (the server enforces it); workers get the same, and a CRM
+    // call cut off here is in doubt, reconciled by whichever worker takes its entity next.
+    let deadline = shutdown_timeout + SHUTDOWN_GRACE;
+    if tokio::time::timeout(deadline, running.stop()).await.is_err() {
+        tracing::warn!(?deadline, "still busy at the shutdown deadline: exiting anyway");
+    }
     tracing::info!("stopped");
     Ok(())
 }
