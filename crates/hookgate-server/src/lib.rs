@@ -117,10 +117,10 @@ async fn intake(
     let header_bytes: usize = parts.headers.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
     if header_bytes > state.config.header_bytes_max {
         refused(Refusal::HeadersTooLarge, &format_args!("{header_bytes} bytes of headers"));
-        return answer(
+        return closing(answer(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             json!({"status": "headers_too_large", "limit_bytes": state.config.header_bytes_max}),
-        );
+        ));
     }
     // Held until the answer: the body's bytes count against the shared budget until then.
     let (body, _held) = match read_body(body, &parts.headers, &state).await {
@@ -183,7 +183,10 @@ async fn read_body(
     let limit = state.config.body_bytes_max;
     let too_large = |detail: &dyn std::fmt::Display| {
         refused(Refusal::TooLarge, detail);
-        answer(StatusCode::PAYLOAD_TOO_LARGE, json!({"status": "too_large", "limit_bytes": limit}))
+        closing(answer(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"status": "too_large", "limit_bytes": limit}),
+        ))
     };
     let announced = headers
         .get(header::CONTENT_LENGTH)
@@ -228,15 +231,22 @@ async fn read_body(
     match tokio::time::timeout(state.config.read_timeout, read).await {
         Err(_) => {
             refused(Refusal::ReadTimeout, &format_args!("after {:?}", state.config.read_timeout));
-            Err(answer(StatusCode::REQUEST_TIMEOUT, json!({"status": "read_timeout"})))
+            Err(closing(answer(StatusCode::REQUEST_TIMEOUT, json!({"status": "read_timeout"}))))
         }
         Ok(Err(ReadError::TooLarge)) => Err(too_large(&"the body went over the limit")),
         Ok(Err(ReadError::Broken(error))) => {
             refused(Refusal::UnreadableBody, &error);
-            Err(answer(StatusCode::BAD_REQUEST, json!({"status": "unreadable_body"})))
+            Err(closing(answer(StatusCode::BAD_REQUEST, json!({"status": "unreadable_body"}))))
         }
         Ok(Ok(read)) => Ok(read),
     }
+}
+
+/// An answer after which the connection closes: the rest of a body was not read, so the next
+/// bytes on the connection are not a request.
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 enum ReadError {
