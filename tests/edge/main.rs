@@ -271,3 +271,144 @@ async fn sigterm_exits_within_its_deadline_with_half_sent_requests_open() {
     drop((half_headers, half_body));
     database.cleanup().await;
 }
+
+fn hostile_pipeline() -> std::path::PathBuf {
+    root().join("tests/edge/hostile.yaml")
+}
+
+/// A delivery for the `hostile` pipeline with this JSON body, signed.
+fn hostile(body: &str) -> Delivery {
+    let mac = hookgate_verify::compute_mac(
+        hookgate_verify::Algorithm::Sha256,
+        ORDERS_SECRET.as_bytes(),
+        &[body.as_bytes()],
+    );
+    let signature = format!("sha256={}", hookgate_verify::Encoding::Hex.encode(&mac));
+    Delivery {
+        pipeline: "hostile",
+        headers: vec![("X-Signature".into(), signature)],
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+fn body(id: &str, account: &str, customer: &str, at: &str) -> String {
+    serde_json::json!({"id": id, "account": account, "customer": customer, "at": at}).to_string()
+}
+
+async fn answer(response: reqwest::Response) -> (StatusCode, serde_json::Value) {
+    let status = response.status();
+    (status, response.json().await.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_values_with_a_valid_signature_get_400_on_both_backends_and_are_kept() {
+    let now = "2026-01-01T00:00:00Z";
+    for database in Database::both().await {
+        let backend = database.name();
+        let github_pipeline = root().join("pipelines/github.yaml");
+        let server = ServerBuilder::new(database.url())
+            .pipelines(hostile_pipeline())
+            .arg(github_pipeline.to_str().unwrap())
+            .start();
+        let client = client();
+        let long_version = "9".repeat(65_000);
+        let cases: Vec<(&str, String, &str)> = vec![
+            (
+                "a NUL in the key",
+                body("a\u{0}b", "acct", "C-1", now),
+                "key contains a control character",
+            ),
+            (
+                "CR, LF and an escape sequence in the key",
+                body("x\r\nINFO forged\u{1b}[31m", "acct", "C-1", now),
+                "key contains a control character",
+            ),
+            (
+                "a newline in the scope",
+                body("k-1", "a\nb", "C-1", now),
+                "scope contains a control character",
+            ),
+            ("a blank entity", body("k-2", "acct", "   ", now), "ordering.entity is empty"),
+            (
+                "a far-future version",
+                body("k-3", "acct", "C-1", "9999-12-31T00:00:00Z"),
+                "ahead of its receipt",
+            ),
+            (
+                "a 65,000-character version",
+                body("k-4", "acct", "C-1", &long_version),
+                "ordering.version is 65000 bytes",
+            ),
+        ];
+        for (what, body, reason) in &cases {
+            let (status, answer) = answer(hostile(body).send(&client, &server).await).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{backend}: {what}: {answer}");
+            let text = answer["reason"].as_str().unwrap();
+            assert!(text.contains(reason), "{backend}: {what}: {text}");
+            assert!(text.len() < 600, "{backend}: {what}: the reason never echoes unbounded input");
+            assert!(!text.chars().any(char::is_control), "{backend}: {what}: escaped: {text:?}");
+        }
+        let store = database.store().await;
+        let kept = store.deliveries("hostile", "rejected").await.unwrap();
+        assert_eq!(kept.len(), cases.len(), "{backend}: each kept as rejected evidence");
+        assert_eq!(
+            kept[0].body.as_deref(),
+            Some(cases[0].1.as_bytes()),
+            "{backend}: byte for byte"
+        );
+        assert!(store.events("hostile").await.unwrap().is_empty(), "{backend}: and no event");
+
+        // Numbers as keys keep their literal text: ids beyond 2^64 stay two events.
+        for id in ["18446744073709551617", "18446744073709551618"] {
+            let body = format!(r#"{{"id":{id},"account":"acct","customer":"C-9","at":"{now}"}}"#);
+            let (status, _) = answer(hostile(&body).send(&client, &server).await).await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{backend}: {id}");
+        }
+        let keys: Vec<String> =
+            store.events("hostile").await.unwrap().into_iter().map(|e| e.key).collect();
+        assert_eq!(keys, ["18446744073709551617", "18446744073709551618"], "{backend}");
+
+        // The key header sent twice (GitHub's delivery id): which one is meant is not ours to pick.
+        let twice = github("d-1", &push_body("mona", "c1")).with_header("X-GitHub-Delivery", "d-1");
+        let mut request = client.post(server.url("/hooks/github")).body(twice.body.clone());
+        for (name, value) in &twice.headers {
+            request = request.header(name, value);
+        }
+        let (status, answer) =
+            answer(request.header("X-GitHub-Delivery", "d-2").send().await.unwrap()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{backend}: {answer}");
+        assert!(answer["reason"].as_str().unwrap().contains("sent more than once"), "{answer}");
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_flood_with_padded_headers_grows_the_store_by_a_bounded_amount() {
+    for database in Database::both().await {
+        let backend = database.name();
+        let server = ServerBuilder::new(database.url()).start();
+        let client = client();
+        let delivery = github("flood-1", &push_body("mona", "c1"));
+        assert_eq!(delivery.send(&client, &server).await.status(), StatusCode::ACCEPTED);
+        let padded = delivery.clone().with_header("X-Junk", &"j".repeat(30 * 1024));
+        for _ in 0..100 {
+            assert_eq!(padded.send(&client, &server).await.status(), StatusCode::OK, "{backend}");
+        }
+        let store = database.store().await;
+        let event = store.event_by_key("github", "4242", "flood-1").await.unwrap().unwrap();
+        assert_eq!(event.delivery_count, 101, "{backend}: every duplicate is counted");
+        let rows = store.deliveries_for(event.id).await.unwrap();
+        assert_eq!(rows.len(), 21, "{backend}: the accepted row and 20 duplicates");
+        let largest = rows.iter().skip(1).map(|r| r.headers_json.len()).max().unwrap();
+        assert!(
+            largest <= 2200,
+            "{backend}: a duplicate keeps a header excerpt, not {largest} bytes"
+        );
+        assert!(rows[1].headers_json.contains("(left out)"), "{backend}: {}", rows[1].headers_json);
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hookgate_pipeline::CompiledPipeline;
-use hookgate_pipeline::evaluate::{Delivery, EvalError};
+use hookgate_pipeline::evaluate::{Delivery, EvalError, printable};
 use hookgate_store::{
     IntakeRecord, NewDelivery, NewOutboxItem, RejectedDelivery, Store, StoreError,
 };
@@ -29,6 +29,12 @@ use hookgate_verify::{Clock, Rejection, Request, Verifier};
 mod worker;
 
 pub use worker::{Connectors, LEASE_MARGIN, Worker, WorkerConfig, backoff};
+
+/// A repeated delivery (duplicate or conflict) keeps at most this much of its headers.
+pub const HEADERS_EXCERPT_BYTES: usize = 2048;
+
+/// A rejection's reason, as kept and logged, is at most this many characters.
+const REASON_CHARS_MAX: usize = 512;
 
 /// Headers never stored, whatever the scheme: they carry credentials.
 const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
@@ -50,8 +56,10 @@ impl ServedPipeline {
     }
 
     /// The headers kept as evidence, as a JSON array of `[name, value]` pairs in the order
-    /// received (a name may repeat), without signature and credential headers.
-    fn stored_headers(&self, headers: &[(String, Vec<u8>)]) -> String {
+    /// received (a name may repeat), without signature and credential headers: all of them,
+    /// and an excerpt of at most [`HEADERS_EXCERPT_BYTES`] for repeated deliveries, whose
+    /// headers are a sender's to pad.
+    fn stored_headers(&self, headers: &[(String, Vec<u8>)]) -> (String, String) {
         let kept: Vec<[String; 2]> = headers
             .iter()
             .filter(|(name, _)| !self.unstored_headers.iter().any(|h| name.eq_ignore_ascii_case(h)))
@@ -59,7 +67,26 @@ impl ServedPipeline {
                 [name.to_ascii_lowercase(), String::from_utf8_lossy(value).into_owned()]
             })
             .collect();
-        serde_json::to_string(&kept).expect("strings always serialise")
+        let all = serde_json::to_string(&kept).expect("strings always serialise");
+        if all.len() <= HEADERS_EXCERPT_BYTES {
+            return (all.clone(), all);
+        }
+        let mut excerpt = Vec::new();
+        let mut bytes = 0;
+        for pair in &kept {
+            bytes += pair[0].len() + pair[1].len() + 6;
+            if bytes > HEADERS_EXCERPT_BYTES {
+                break;
+            }
+            excerpt.push(pair.clone());
+        }
+        let left_out = kept.len() - excerpt.len();
+        excerpt.push([
+            "(left out)".to_owned(),
+            format!("{left_out} headers, {} bytes in all", all.len()),
+        ]);
+        let excerpt = serde_json::to_string(&excerpt).expect("strings always serialise");
+        (all, excerpt)
     }
 }
 
@@ -179,10 +206,11 @@ impl Gateway {
         }
 
         let delivery = Delivery { headers: incoming.headers, body: incoming.body };
-        let headers_json = pipeline.stored_headers(incoming.headers);
+        let (headers_json, headers_excerpt_json) = pipeline.stored_headers(incoming.headers);
         // Each due target's entity: the ordering entity, or else the target's external id, so
         // that writes to one CRM record never race, and follow versions or receipt order.
         let derived = pipeline.compiled.identify(&delivery).and_then(|(identity, ctx)| {
+            pipeline.compiled.check_future(&identity, incoming.received_at_ms)?;
             let mut due = Vec::new();
             for index in pipeline.compiled.due_targets(&ctx)? {
                 let entity = match &identity.ordering {
@@ -196,7 +224,9 @@ impl Gateway {
         let (identity, due) = match derived {
             Ok(derived) => derived,
             Err(reason) => {
-                let text = reason.to_string();
+                // Bounded and escaped already where it quotes the sender; escaped again here,
+                // since it goes to logs and evidence.
+                let text = printable(&reason.to_string(), REASON_CHARS_MAX);
                 let rejected = RejectedDelivery {
                     pipeline: incoming.pipeline,
                     received_at_ms: incoming.received_at_ms,
@@ -234,6 +264,7 @@ impl Gateway {
             event_type: identity.event_type.as_deref(),
             received_at_ms: incoming.received_at_ms,
             headers_json: &headers_json,
+            headers_excerpt_json: &headers_excerpt_json,
             body: incoming.body,
             outbox,
         };

@@ -63,7 +63,12 @@ pub struct CompiledOrdering {
     pub entity: TemplateName,
     pub version: TemplateName,
     pub version_type: VersionType,
+    /// How far ahead of the receipt time a timestamp version may be.
+    pub max_future: Duration,
 }
+
+/// A timestamp version may be this far ahead of its receipt unless a pipeline says otherwise.
+pub const MAX_FUTURE_DEFAULT: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Clone)]
 pub struct CompiledTarget {
@@ -330,10 +335,19 @@ pub(crate) fn check_pipeline(
             check_pointer(&mut c, &path!["fingerprint", variant, i], pointer);
         }
     }
-    let ordering = model.ordering.as_ref().map(|o| CompiledOrdering {
-        entity: c.template(&path!["ordering", "entity"], &o.entity, EVENT_VARIABLES),
-        version: c.template(&path!["ordering", "version"], &o.version, EVENT_VARIABLES),
-        version_type: o.version_type,
+    let ordering = model.ordering.as_ref().map(|o| {
+        if o.max_future.is_some() && o.version_type != VersionType::Timestamp {
+            c.error(
+                &path!["ordering", "max_future"],
+                "`max_future` bounds timestamp versions; this pipeline's versions are not timestamps",
+            );
+        }
+        CompiledOrdering {
+            entity: c.template(&path!["ordering", "entity"], &o.entity, EVENT_VARIABLES),
+            version: c.template(&path!["ordering", "version"], &o.version, EVENT_VARIABLES),
+            version_type: o.version_type,
+            max_future: o.max_future.as_ref().map_or(MAX_FUTURE_DEFAULT, |d| d.0),
+        }
     });
 
     if model.targets.is_empty() {

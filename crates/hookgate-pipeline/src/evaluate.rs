@@ -1,8 +1,9 @@
 //! Deriving an event's identity from a verified delivery, and rendering its CRM writes.
 //! Pure: the same delivery always gives the same result.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::time::Duration;
 
 use minijinja::Value as TemplateValue;
 use minijinja::value::Serde;
@@ -19,6 +20,28 @@ use crate::template::RENDERED_BYTES_MAX;
 pub const KEY_BYTES_MAX: usize = 512;
 /// Scopes, types and entities are short identifiers too.
 pub const LABEL_BYTES_MAX: usize = 256;
+/// Versions are short: a timestamp is at most 35 characters.
+pub const VERSION_BYTES_MAX: usize = 128;
+/// How much of a sender's text an error message shows.
+pub const SHOWN_CHARS_MAX: usize = 64;
+
+/// Sender text made safe to show in logs, answers and the CLI: control characters and
+/// bidirectional overrides escaped (`\u{1b}`, `\n`), cut to `chars_max` characters with `…`.
+pub fn printable(text: &str, chars_max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(chars_max * 4));
+    for (i, c) in text.chars().enumerate() {
+        if i == chars_max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// A delivery as received; the signature has been verified already.
 #[derive(Debug, Clone, Copy)]
@@ -132,12 +155,21 @@ pub enum EvalError {
     TooLong { what: String, bytes: usize, max: usize },
     #[error("ordering version `{text}` is not {expected}")]
     BadVersion { text: String, expected: &'static str },
+    #[error("{what} contains a control character (at character {at})")]
+    ControlCharacter { what: String, at: usize },
+    #[error("{what}: header `{header}` is sent more than once")]
+    RepeatedHeader { what: String, header: String },
+    #[error("ordering version `{text}` is more than {max_future:?} ahead of its receipt")]
+    TooFarAhead { text: String, max_future: Duration },
 }
 
 /// The template context of one delivery, built once.
 pub struct Context {
     payload: Result<serde_json::Value, String>,
     headers: BTreeMap<String, String>,
+    /// Header names sent more than once: not a key source, since which one is meant is a
+    /// sender's choice to make, not ours.
+    repeated_headers: BTreeSet<String>,
     body: Option<String>,
     event: Option<TemplateValue>,
 }
@@ -151,13 +183,19 @@ impl fmt::Debug for Context {
 impl Context {
     pub fn new(delivery: &Delivery<'_>) -> Context {
         let payload = serde_json::from_slice(delivery.body).map_err(|e| e.to_string());
-        let headers = delivery
-            .headers
-            .iter()
-            .map(|(n, v)| (n.to_ascii_lowercase(), String::from_utf8_lossy(v).into_owned()))
-            .collect();
+        let mut headers = BTreeMap::new();
+        let mut repeated_headers = BTreeSet::new();
+        for (name, value) in delivery.headers {
+            let name = name.to_ascii_lowercase();
+            let value = String::from_utf8_lossy(value).into_owned();
+            if let Some(previous) = headers.insert(name.clone(), value)
+                && previous != headers[&name]
+            {
+                repeated_headers.insert(name);
+            }
+        }
         let body = std::str::from_utf8(delivery.body).ok().map(str::to_owned);
-        Context { payload, headers, body, event: None }
+        Context { payload, headers, repeated_headers, body, event: None }
     }
 
     fn value(&self) -> TemplateValue {
@@ -191,16 +229,16 @@ impl CompiledPipeline {
     pub fn identify(&self, delivery: &Delivery<'_>) -> Result<(Identity, Context), EvalError> {
         let mut ctx = Context::new(delivery);
         let key = self.source("key", &self.key, &ctx, delivery)?;
-        check_length("key", &key, KEY_BYTES_MAX)?;
+        check_label("key", &key, KEY_BYTES_MAX)?;
         let scope = match &self.scope {
             Some(template) => self.render("scope", template, &ctx)?,
             None => String::new(),
         };
-        check_length("scope", &scope, LABEL_BYTES_MAX)?;
+        check_label("scope", &scope, LABEL_BYTES_MAX)?;
         let event_type = match &self.event_type {
             Some(source) => {
                 let value = self.source("event_type", source, &ctx, delivery)?;
-                check_length("event_type", &value, LABEL_BYTES_MAX)?;
+                check_label("event_type", &value, LABEL_BYTES_MAX)?;
                 Some(value)
             }
             None => None,
@@ -235,8 +273,9 @@ impl CompiledPipeline {
         let ordering = match &self.ordering {
             Some(ordering) => {
                 let entity = self.render("ordering.entity", &ordering.entity, &ctx)?;
-                check_length("ordering.entity", &entity, LABEL_BYTES_MAX)?;
+                check_entity("ordering.entity", &entity)?;
                 let text = self.render("ordering.version", &ordering.version, &ctx)?;
+                check_label("ordering.version", &text, VERSION_BYTES_MAX)?;
                 let version = parse_version(text.trim(), ordering.version_type)?;
                 Some(OrderingValue { entity, version })
             }
@@ -267,10 +306,25 @@ impl CompiledPipeline {
     pub fn render_external_id(&self, index: usize, ctx: &Context) -> Result<String, EvalError> {
         let template = &self.targets[index].external_id_value;
         let value = self.render(template, template, ctx)?;
-        if value.trim().is_empty() {
-            return Err(EvalError::Empty { what: template.clone() });
-        }
+        check_entity(template, &value)?;
         Ok(value)
+    }
+
+    /// Refuses a timestamp version further ahead of the receipt time `now_ms` than the
+    /// pipeline allows: it would make every later update of its entity stale.
+    pub fn check_future(&self, identity: &Identity, now_ms: i64) -> Result<(), EvalError> {
+        let (Some(ordering), Some(value)) = (&self.ordering, &identity.ordering) else {
+            return Ok(());
+        };
+        let Version::Timestamp(at) = &value.version else { return Ok(()) };
+        let ahead_ms = i128::from(at.unix_timestamp()) * 1000 - i128::from(now_ms);
+        if ahead_ms > i128::try_from(ordering.max_future.as_millis()).unwrap_or(i128::MAX) {
+            return Err(EvalError::TooFarAhead {
+                text: printable(&value.version.to_string(), SHOWN_CHARS_MAX),
+                max_future: ordering.max_future,
+            });
+        }
+        Ok(())
     }
 
     /// Renders target `index` into a CRM write.
@@ -315,6 +369,12 @@ impl CompiledPipeline {
         delivery: &Delivery<'_>,
     ) -> Result<String, EvalError> {
         let value = match source {
+            CompiledSource::Header(name) if ctx.repeated_headers.contains(name) => {
+                return Err(EvalError::RepeatedHeader {
+                    what: what.to_owned(),
+                    header: name.clone(),
+                });
+            }
             CompiledSource::Header(name) => match ctx.headers.get(name) {
                 Some(value) => value.trim().to_owned(),
                 None => {
@@ -334,7 +394,11 @@ impl CompiledPipeline {
                         });
                     }
                     Some(serde_json::Value::String(s)) => s.clone(),
-                    Some(serde_json::Value::Number(n)) => n.to_string(),
+                    // The number as the sender wrote it: parsed, a number beyond 2^64 would
+                    // lose digits, and two ids could become one key.
+                    Some(serde_json::Value::Number(n)) => {
+                        number_text(delivery.body, pointer).unwrap_or_else(|| n.to_string())
+                    }
                     Some(serde_json::Value::Bool(b)) => b.to_string(),
                     Some(serde_json::Value::Array(_)) => {
                         return Err(EvalError::NotScalar {
@@ -393,8 +457,48 @@ fn check_length(what: &str, value: &str, max: usize) -> Result<(), EvalError> {
     Ok(())
 }
 
+/// A key, scope, type or version: bounded, and without control characters (a NUL cannot be
+/// stored in PostgreSQL text, a newline forges log lines, an escape sequence drives a terminal).
+fn check_label(what: &str, value: &str, max: usize) -> Result<(), EvalError> {
+    check_length(what, value, max)?;
+    match value.chars().position(char::is_control) {
+        Some(at) => Err(EvalError::ControlCharacter { what: what.to_owned(), at }),
+        None => Ok(()),
+    }
+}
+
+/// An entity: a label that is not blank, since writes are ordered within it.
+fn check_entity(what: &str, value: &str) -> Result<(), EvalError> {
+    if value.trim().is_empty() {
+        return Err(EvalError::Empty { what: what.to_owned() });
+    }
+    check_label(what, value, LABEL_BYTES_MAX)
+}
+
+/// The literal text of the JSON value at `pointer` in `body`, as the sender wrote it.
+fn number_text(body: &[u8], pointer: &str) -> Option<String> {
+    let mut value: &serde_json::value::RawValue = serde_json::from_slice(body).ok()?;
+    for token in pointer.split('/').skip(1) {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        let text = value.get();
+        value = match text.trim_start().as_bytes().first()? {
+            b'{' => {
+                let mut object: HashMap<String, &serde_json::value::RawValue> =
+                    serde_json::from_str(text).ok()?;
+                object.remove(&token)?
+            }
+            b'[' => {
+                let list: Vec<&serde_json::value::RawValue> = serde_json::from_str(text).ok()?;
+                *list.get(token.parse::<usize>().ok()?)?
+            }
+            _ => return None,
+        };
+    }
+    Some(value.get().trim().to_owned())
+}
+
 fn parse_version(text: &str, version_type: VersionType) -> Result<Version, EvalError> {
-    let bad = |expected| EvalError::BadVersion { text: text.to_owned(), expected };
+    let bad = |expected| EvalError::BadVersion { text: printable(text, SHOWN_CHARS_MAX), expected };
     match version_type {
         VersionType::Integer => {
             text.parse().map(Version::Integer).map_err(|_| bad("a whole number"))

@@ -212,7 +212,11 @@ impl Fixture {
         }
 
         let delivery = Delivery { headers: &headers, body };
-        let (identity, upserts) = match (pipeline.evaluate(&delivery), &expect.error) {
+        let evaluated = pipeline.evaluate(&delivery).and_then(|(identity, upserts)| {
+            pipeline.check_future(&identity, now.unix_ms)?;
+            Ok((identity, upserts))
+        });
+        let (identity, upserts) = match (evaluated, &expect.error) {
             (Ok(result), None) => result,
             (Ok(_), Some(text)) => {
                 mismatch(

@@ -218,6 +218,11 @@ pub struct Ordering {
     pub version: String,
     /// How versions compare.
     pub version_type: VersionType,
+    /// Timestamp versions further ahead of the receipt time than this are refused (400): a
+    /// far-future version would make every later update of its entity stale. Default 1h.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub max_future: Option<HumanDuration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]

@@ -214,4 +214,69 @@ mod evaluation {
         assert_eq!(targets(r#"{"id":"1","type":"yes"}"#), ["b"]);
         assert!(targets(r#"{"id":"1","type":"z"}"#).is_empty());
     }
+
+    #[test]
+    fn sender_values_are_data_bounded_printable_and_literal() {
+        use crate::evaluate::printable;
+        assert_eq!(
+            printable("a\u{0}b\r\n\u{1b}[31m\u{202e}", 100),
+            "a\\u{0}b\\r\\n\\u{1b}[31m\\u{202e}"
+        );
+        assert_eq!(printable("abcdef", 3), "abc…");
+
+        let p = pipeline("", "      a: x");
+        let key = |body: &str| eval(&p, body).map(|r| r.0.key);
+        // Beyond 2^64, a parsed number would lose digits: the literal text is the key.
+        assert_eq!(key(r#"{"id":18446744073709551617}"#).unwrap(), "18446744073709551617");
+        assert_eq!(key(r#"{"id": 1.50}"#).unwrap(), "1.50");
+        for (body, reason) in [
+            ("{\"id\":\"a\\u0000b\"}", "key contains a control character (at character 1)"),
+            ("{\"id\":\"ab\\t\"}", "key contains a control character (at character 2)"),
+        ] {
+            assert_eq!(key(body).unwrap_err().to_string(), reason, "{body}");
+        }
+
+        let ordered = pipeline(
+            "ordering:\n  entity: \"{{ payload.e }}\"\n  version: \"{{ payload.v }}\"\n  version_type: timestamp\n  max_future: 10m",
+            "      a: x",
+        );
+        let identity = |e: &str, v: &str| {
+            eval(&ordered, &format!(r#"{{"id":"1","e":"{e}","v":"{v}"}}"#)).map(|r| r.0)
+        };
+        assert!(
+            identity(" ", "2026-01-01T00:00:00Z")
+                .unwrap_err()
+                .to_string()
+                .contains("ordering.entity is empty")
+        );
+        let long = identity("E", &"9".repeat(5000)).unwrap_err().to_string();
+        assert!(long.len() < 200, "{long}");
+        let now = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+        let within = identity("E", "2026-01-01T00:10:00Z").unwrap();
+        assert!(ordered.check_future(&within, now).is_ok(), "exactly the allowance is allowed");
+        let beyond = identity("E", "2026-01-01T00:10:01Z").unwrap();
+        let error = ordered.check_future(&beyond, now).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "ordering version `2026-01-01T00:10:01Z` is more than 600s ahead of its receipt"
+        );
+    }
+
+    #[test]
+    fn a_key_header_sent_twice_with_two_values_is_refused() {
+        let source = "name: t\nsignature:\n  scheme: github\n  secrets: [{env: S}]\nkey:\n  header: X-Id\ntargets:\n  - name: t\n    connector: crm\n    object: o\n    external_id: {field: id, value: \"{{ payload.id }}\"}\n";
+        let (p, d) = load_pipeline("t.yaml", source, None);
+        let p = p.unwrap_or_else(|| panic!("{d:?}"));
+        let key = |values: &[&str]| {
+            let headers: Vec<(String, Vec<u8>)> =
+                values.iter().map(|v| ("X-Id".to_owned(), v.as_bytes().to_vec())).collect();
+            p.evaluate(&Delivery { headers: &headers, body: br#"{"id":"1"}"# }).map(|r| r.0.key)
+        };
+        assert_eq!(key(&["a"]).unwrap(), "a");
+        assert_eq!(key(&["a", "a"]).unwrap(), "a", "the same value twice says one thing");
+        assert_eq!(
+            key(&["a", "b"]).unwrap_err().to_string(),
+            "key: header `x-id` is sent more than once"
+        );
+    }
 }

@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::{Bytes, BytesMut};
 use hookgate_engine::{Gateway, IncomingDelivery, IntakeOutcome, now_ms};
+use hookgate_pipeline::evaluate::printable;
 use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -34,6 +35,9 @@ mod refusal;
 
 pub use listen::serve;
 use refusal::{Refusal, refused};
+
+/// A rejection's reason, as answered, is at most this many characters.
+const REASON_CHARS_MAX: usize = 512;
 
 /// A body takes its share of the shared body budget in blocks of this many bytes.
 const BUDGET_BLOCK_BYTES: usize = 16 * 1024;
@@ -150,7 +154,7 @@ async fn intake(
         ),
         IntakeOutcome::Rejected { reason } => answer(
             StatusCode::BAD_REQUEST,
-            json!({"status": "rejected", "reason": reason.to_string()}),
+            json!({"status": "rejected", "reason": printable(&reason.to_string(), REASON_CHARS_MAX)}),
         ),
         // No detail: telling a forger which check failed helps the forger.
         IntakeOutcome::Unauthorized(_) => {

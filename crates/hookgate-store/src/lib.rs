@@ -144,6 +144,8 @@ pub struct NewDelivery<'a> {
     pub received_at_ms: i64,
     /// JSON object of the stored headers (signature and credential headers removed).
     pub headers_json: &'a str,
+    /// What a repeated delivery (duplicate or conflict) keeps of them: a bounded excerpt.
+    pub headers_excerpt_json: &'a str,
     pub body: &'a [u8],
     /// The outbox items to create if the event is new.
     pub outbox: Vec<NewOutboxItem>,
@@ -230,6 +232,10 @@ pub struct DeliveryRecord {
     pub headers_json: String,
     pub body: Option<Vec<u8>>,
 }
+
+/// An event keeps the evidence rows (headers excerpt, and the body of a conflict) of at most
+/// this many duplicates, and as many conflicts; the rest are counted on the event.
+pub const REPEATED_DELIVERIES_KEPT: i64 = 20;
 
 /// Event states: `accepted` while any item is to do, then `done`, or `dead` if an item was
 /// dead-lettered. An event with no item to do is `done` at once.
@@ -389,14 +395,21 @@ impl Store {
                     }
                 }
             };
-            let (outcome, event_id, body) = match record {
-                IntakeRecord::Accepted { event_id } => ("accepted", event_id, None),
-                IntakeRecord::Duplicate { event_id } => ("duplicate", event_id, None),
-                IntakeRecord::Conflict { event_id } => ("conflict", event_id, Some(delivery.body)),
+            let (outcome, event_id, body, headers) = match record {
+                IntakeRecord::Accepted { event_id } => ("accepted", event_id, None, delivery.headers_json),
+                IntakeRecord::Duplicate { event_id } => {
+                    ("duplicate", event_id, None, delivery.headers_excerpt_json)
+                }
+                IntakeRecord::Conflict { event_id } => {
+                    ("conflict", event_id, Some(delivery.body), delivery.headers_excerpt_json)
+                }
             };
+            // Evidence is bounded: past the first few duplicates and conflicts of an event,
+            // only their counts on the event grow.
             sqlx::query(
                 "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
-                 fingerprint, headers, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                 fingerprint, headers, body) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 \
+                 WHERE $3 = 'accepted' OR (SELECT COUNT(*) FROM deliveries WHERE event_id = $2 AND outcome = $3) < $10",
             )
             .bind(delivery.pipeline)
             .bind(event_id)
@@ -405,8 +418,9 @@ impl Store {
             .bind(delivery.scope)
             .bind(delivery.key)
             .bind(delivery.fingerprint)
-            .bind(delivery.headers_json)
+            .bind(headers)
             .bind(body)
+            .bind(REPEATED_DELIVERIES_KEPT)
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;

@@ -32,6 +32,7 @@ fn delivery<'a>(key: &'a str, fingerprint: &'a str, body: &'a [u8]) -> NewDelive
         event_type: Some("t"),
         received_at_ms: 1_000,
         headers_json: r#"{"x-id":"1"}"#,
+        headers_excerpt_json: r#"{"x-id":"1"}"#,
         body,
         outbox: vec![
             NewOutboxItem {

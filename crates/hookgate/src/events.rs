@@ -4,9 +4,20 @@ use std::fmt::Write as _;
 
 use anyhow::{Result, bail};
 use hookgate_engine::now_ms;
+use hookgate_pipeline::evaluate::printable;
 use hookgate_store::{EventFilter, EventRecord, Store};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+
+/// Identifiers from senders (keys, scopes, entities) are shown up to this many characters.
+const ID_CHARS_MAX: usize = 200;
+/// Longer sender text (errors, the CRM's answers) up to this many.
+const TEXT_CHARS_MAX: usize = 2048;
+
+/// Sender text as shown: control characters escaped, so that a key cannot drive the terminal.
+fn shown(text: &str) -> String {
+    printable(text, ID_CHARS_MAX)
+}
 
 /// Unix milliseconds as RFC 3339, UTC.
 pub fn timestamp(ms: i64) -> String {
@@ -34,7 +45,7 @@ pub async fn list(store: &Store, filter: &EventFilter) -> Result<String> {
             event.pipeline,
             event.state,
             event.delivery_count,
-            event.key
+            shown(&event.key)
         );
     }
     let _ = writeln!(out, "{} events", events.len());
@@ -50,13 +61,17 @@ pub async fn show(store: &Store, id: i64) -> Result<String> {
 pub async fn story(store: &Store, event: &EventRecord) -> Result<String> {
     let mut out = String::new();
     let _ = writeln!(out, "event {}  pipeline {}  state {}", event.id, event.pipeline, event.state);
-    let _ = writeln!(out, "  key          {}", event.key);
+    let _ = writeln!(out, "  key          {}", shown(&event.key));
     let _ = writeln!(
         out,
         "  scope        {}",
-        if event.scope.is_empty() { "(none)" } else { &event.scope }
+        if event.scope.is_empty() { "(none)".to_owned() } else { shown(&event.scope) }
     );
-    let _ = writeln!(out, "  type         {}", event.event_type.as_deref().unwrap_or("(none)"));
+    let _ = writeln!(
+        out,
+        "  type         {}",
+        event.event_type.as_deref().map_or("(none)".to_owned(), shown)
+    );
     let _ =
         writeln!(out, "  received     {} (signature verified)", timestamp(event.received_at_ms));
     let _ = writeln!(out, "  fingerprint  {}", event.fingerprint);
@@ -85,14 +100,14 @@ pub async fn story(store: &Store, event: &EventRecord) -> Result<String> {
             out,
             "  {}  entity {}  version {}  state {}  attempts {}{}{}",
             item.target,
-            item.entity,
-            item.version_text.as_deref().or(item.version.as_deref()).unwrap_or("-"),
+            shown(&item.entity),
+            item.version_text.as_deref().or(item.version.as_deref()).map_or("-".to_owned(), shown),
             item.state,
             item.attempts,
-            item.record_id.as_deref().map(|r| format!("  record {r}")).unwrap_or_default(),
+            item.record_id.as_deref().map(|r| format!("  record {}", shown(r))).unwrap_or_default(),
             item.last_error
                 .as_deref()
-                .map(|e| format!("\n    last error: {e}"))
+                .map(|e| format!("\n    last error: {}", printable(e, TEXT_CHARS_MAX)))
                 .unwrap_or_default(),
         );
     }
@@ -121,13 +136,13 @@ pub async fn story(store: &Store, event: &EventRecord) -> Result<String> {
             attempt.worker,
         );
         if let Some(error) = &attempt.error {
-            let _ = writeln!(out, "      error: {error}");
+            let _ = writeln!(out, "      error: {}", printable(error, TEXT_CHARS_MAX));
         }
         if let Some(excerpt) = &attempt.excerpt {
-            let _ = writeln!(out, "      answer: {excerpt}");
+            let _ = writeln!(out, "      answer: {}", printable(excerpt, TEXT_CHARS_MAX));
         }
         if let Some(meta) = &attempt.meta {
-            let _ = writeln!(out, "      meta: {meta}");
+            let _ = writeln!(out, "      meta: {}", printable(meta, TEXT_CHARS_MAX));
         }
     }
     Ok(out)
