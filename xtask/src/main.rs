@@ -9,6 +9,7 @@ use hookgate::check::{self, Options, SecretPolicy};
 
 mod bench;
 mod chaos;
+mod fuzz;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask")]
@@ -35,6 +36,27 @@ enum Command {
         deliveries: usize,
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
+    },
+    /// Coverage-guided fuzzing of signature verification, identity derivation, operator files
+    /// and templates (cargo-fuzz, installed if missing). A crash fails the run and leaves its
+    /// input in fuzz/artifacts/.
+    Fuzz {
+        /// Targets to run (default: all).
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(fuzz::TARGETS))]
+        targets: Vec<String>,
+        /// Seconds per target.
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// Executions per target.
+        #[arg(long)]
+        runs: Option<u64>,
+        /// Parallel libFuzzer jobs per target.
+        #[arg(long, default_value_t = 1)]
+        jobs: u32,
+        /// Keep the inputs a run finds here (a directory per target), to minimise into
+        /// fuzz/corpus/ with `cargo fuzz cmin`.
+        #[arg(long)]
+        keep: Option<PathBuf>,
     },
     /// Fault injection: gateways SIGKILLed and restarted, senders retrying, CRMs failing, the
     /// database cut off once; judged from the fake CRMs' effect logs. Exits non-zero on any
@@ -149,6 +171,19 @@ fn main() -> Result<ExitCode> {
                 out: root.join(out),
             };
             Ok(if chaos::run(&root, options)? { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Fuzz { targets, seconds, runs, jobs, keep } => {
+            let targets: Vec<&str> = if targets.is_empty() {
+                fuzz::TARGETS.to_vec()
+            } else {
+                targets.iter().map(String::as_str).collect()
+            };
+            if seconds.is_none() && runs.is_none() {
+                anyhow::bail!("give --seconds or --runs: a fuzz run needs an end");
+            }
+            let keep = keep.map(|dir| root.join(dir));
+            fuzz::run(&root, &fuzz::Options { targets, seconds, runs, jobs, keep })?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Codegen => {
             for (name, text) in schemas() {
