@@ -171,10 +171,11 @@ async fn an_announced_length_over_the_limit_is_refused_before_reading_without_10
     database.cleanup().await;
 }
 
-/// A chunked body a byte per chunk, on many connections at once, and bodies that stop short of
-/// their announced length and hold: the server's memory stays within its budgets.
+/// Chunked bodies a byte per chunk, bodies that stop short of their announced length and
+/// hold, and header blocks that never end, on many connections at once: the server's memory
+/// stays within its budgets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_stays_bounded_under_chunked_and_held_body_floods() {
+async fn memory_stays_bounded_under_chunked_bodies_held_bodies_and_endless_header_blocks() {
     const BODY_BUDGET: usize = 8 * 1024 * 1024;
     let database = Database::sqlite().await;
     let server = ServerBuilder::new(database.url())
@@ -224,14 +225,28 @@ async fn memory_stays_bounded_under_chunked_and_held_body_floods() {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let holding = rss_kib(server.child.id());
+    drop(held);
+
+    // Three hundred header blocks of 360 KiB that never end: each is cut off at the read
+    // buffer (the header limit plus 8 KiB), not held.
+    let mut heads = Vec::new();
+    for _ in 0..300 {
+        let mut stream = connect(&server).await;
+        let mut head = b"POST /hooks/github HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_vec();
+        head.extend(std::iter::repeat_n(b'p', 360 * 1024));
+        let _ = tokio::time::timeout(Duration::from_millis(20), stream.write_all(&head)).await;
+        heads.push(stream);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let headers = rss_kib(server.child.id());
     let budget_kib = (BODY_BUDGET / 1024) as u64;
-    for (what, rss) in [("chunked", chunked), ("held", holding)] {
+    for (what, rss) in [("chunked", chunked), ("held", holding), ("header blocks", headers)] {
         assert!(
             rss < before + 3 * budget_kib,
             "{what}: {rss} KiB resident, from {before} KiB, with an {budget_kib} KiB body budget"
         );
     }
-    drop(held);
+    drop(heads);
     drop(server);
     database.cleanup().await;
 }
@@ -411,4 +426,28 @@ async fn a_duplicate_flood_with_padded_headers_grows_the_store_by_a_bounded_amou
         drop(server);
         database.cleanup().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_flood_is_counted_in_full_and_logged_a_line_at_a_time() {
+    let database = Database::sqlite().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let server = ServerBuilder::new(database.url()).log(log.clone()).start();
+    let client = client();
+    for n in 0..200 {
+        let forged =
+            github(&format!("f-{n}"), "{}").with_header("X-Hub-Signature-256", "sha256=00");
+        assert_eq!(forged.send(&client, &server).await.status(), StatusCode::UNAUTHORIZED);
+    }
+    let unknown = client.post(server.url("/hooks/nope%1b%5b31m")).body("{}").send().await.unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    let text = metrics(&client, &server).await;
+    assert_eq!(metric(&text, r#"hookgate_edge_refusals_total{reason="unauthorized"}"#), 200.0);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let lines = logged.lines().filter(|l| l.contains(r#"reason="unauthorized""#)).count();
+    assert_eq!(lines, 1, "one line for the flood within 10 s: {logged}");
+    assert!(!logged.contains('\u{1b}'), "a pipeline name from the URL is escaped: {logged}");
+    drop(server);
+    database.cleanup().await;
 }

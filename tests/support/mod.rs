@@ -96,6 +96,8 @@ pub struct ServerBuilder {
     pipelines: Option<PathBuf>,
     instances: Option<PathBuf>,
     workers: usize,
+    /// Where the server's log goes (default: the test's stderr).
+    log: Option<PathBuf>,
 }
 
 impl ServerBuilder {
@@ -108,6 +110,7 @@ impl ServerBuilder {
             instances: None,
             // Intake alone by default: the intake tests read items as intake left them.
             workers: 0,
+            log: None,
         }
     }
 
@@ -129,6 +132,12 @@ impl ServerBuilder {
 
     pub fn workers(mut self, workers: usize) -> ServerBuilder {
         self.workers = workers;
+        self
+    }
+
+    /// Sends the server's log to a file, for tests that read it.
+    pub fn log(mut self, path: PathBuf) -> ServerBuilder {
+        self.log = Some(path);
         self
     }
 
@@ -180,7 +189,11 @@ impl ServerBuilder {
 
     /// Starts the server and waits for the line that gives its address.
     pub fn start(&self) -> Server {
-        let (child, line) = spawn_and_read_first_line(self.command());
+        let mut command = self.command();
+        if let Some(log) = &self.log {
+            command.stderr(std::fs::File::create(log).expect("a log file"));
+        }
+        let (child, line) = spawn_and_read_first_line(command);
         let address: SocketAddr = line
             .strip_prefix("hookgate listening on http://")
             .and_then(|a| a.parse().ok())
@@ -197,8 +210,7 @@ impl ServerBuilder {
 }
 
 fn spawn_and_read_first_line(mut command: Command) -> (Child, String) {
-    let mut child =
-        command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("hookgate starts");
+    let mut child = command.stdout(Stdio::piped()).spawn().expect("hookgate starts");
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
     let line = lines.next().and_then(Result::ok).unwrap_or_else(|| {

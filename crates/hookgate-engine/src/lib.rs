@@ -201,7 +201,9 @@ impl Gateway {
         };
         let now = Clock { unix_ms: incoming.received_at_ms };
         if let Err(rejection) = pipeline.verifier.verify(&request, now) {
-            tracing::info!(pipeline = incoming.pipeline, reason = %rejection, "signature rejected");
+            // Per request only at debug: a forged flood must not flood the log. The edge logs
+            // refusals at a bounded rate.
+            tracing::debug!(pipeline = incoming.pipeline, reason = %rejection, "signature rejected");
             return IntakeOutcome::Unauthorized(rejection);
         }
 

@@ -156,11 +156,13 @@ async fn intake(
             StatusCode::BAD_REQUEST,
             json!({"status": "rejected", "reason": printable(&reason.to_string(), REASON_CHARS_MAX)}),
         ),
-        // No detail: telling a forger which check failed helps the forger.
-        IntakeOutcome::Unauthorized(_) => {
+        // No detail: telling a forger which check failed helps the forger. The log says it.
+        IntakeOutcome::Unauthorized(rejection) => {
+            refused(Refusal::Unauthorized, &format_args!("pipeline {pipeline}: {rejection}"));
             answer(StatusCode::UNAUTHORIZED, json!({"status": "unauthorized"}))
         }
         IntakeOutcome::UnknownPipeline => {
+            refused(Refusal::UnknownPipeline, &printable(&pipeline, 64));
             answer(StatusCode::NOT_FOUND, json!({"status": "unknown_pipeline"}))
         }
         IntakeOutcome::Unavailable(_) => unavailable(),

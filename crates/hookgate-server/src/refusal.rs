@@ -29,6 +29,10 @@ pub enum Refusal {
     TooLarge,
     /// The body could not be read (the connection broke mid-body).
     UnreadableBody,
+    /// The signature did not hold: 401.
+    Unauthorized,
+    /// No pipeline has the name in the URL: 404.
+    UnknownPipeline,
 }
 
 impl Refusal {
@@ -42,6 +46,8 @@ impl Refusal {
             Refusal::ReadTimeout => "read_timeout",
             Refusal::TooLarge => "too_large",
             Refusal::UnreadableBody => "unreadable_body",
+            Refusal::Unauthorized => "unauthorized",
+            Refusal::UnknownPipeline => "unknown_pipeline",
         }
     }
 }
