@@ -431,3 +431,43 @@ async fn the_lease_is_renewed_before_each_call_so_no_worker_takes_over_mid_attem
         database.cleanup().await;
     }
 }
+
+/// A 502 answering a write proves nothing (a gateway that gave up may sit in front of a CRM
+/// that committed): the record is looked up before the write is sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_error_to_a_write_is_looked_up_before_the_write_is_sent_again() {
+    let database = Database::postgres().await;
+    let hs = FakeHubSpot::start().await;
+    {
+        let mut state = hs.lock();
+        state.token = "pat-na1-e2e".into();
+        state.unique_properties.insert("customers".into(), ["customer_id".into()].into());
+    }
+    hs.push_fault(hubspot::Fault::ServerError(502));
+    let dir = tempfile::tempdir().unwrap();
+    let instances = crm_instances(
+        dir.path(),
+        &format!(
+            "    kind: hubspot\n    settings: {{ base_url: \"{}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n",
+            hs.base_url
+        ),
+    );
+    let server = ServerBuilder::new(database.url())
+        .pipelines(orders_pipeline())
+        .instances(instances)
+        .workers(2)
+        .start();
+    let store = database.store().await;
+    let event = accept(&client(), &server, &order("o-1", "C-1", 1, "paid")).await;
+    drained(&store).await;
+    let attempts = store.attempts_for(event).await.unwrap();
+    assert_eq!(
+        stories(&attempts),
+        pairs(&[("upsert", "retryable"), ("lookup", "not_found"), ("upsert", "created")])
+    );
+    assert_eq!(attempts[0].status, Some(502));
+    assert_eq!(hs.writes().len(), 1);
+    store.close().await;
+    drop(server);
+    database.cleanup().await;
+}

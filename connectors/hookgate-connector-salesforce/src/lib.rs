@@ -409,11 +409,17 @@ impl Salesforce {
                 let created = parsed.created.unwrap_or(response.status == 201);
                 Ok(UpsertOutcome { record_id: parsed.id, created, answer })
             }
-            // Before v46.0 an update answers 204 with no body; the record id is looked up.
+            // Before v46.0 an update answers 204 with no body; the record id is looked up. The
+            // write happened: a failed lookup leaves it in doubt, never "not applied".
             204 => match self
                 .lookup_inner(&LookupRequest { fields: Vec::new(), ..LookupRequest::from(request) })
-                .await?
-            {
+                .await
+                .map_err(|error| ConnectorError::Ambiguous {
+                    message: format!(
+                        "applied (204), but the record id could not be looked up: {error}"
+                    ),
+                    answer: answer.clone(),
+                })? {
                 LookupOutcome::Found { record_id, .. } => {
                     Ok(UpsertOutcome { record_id, created: false, answer })
                 }

@@ -12,8 +12,8 @@
 //! 4. Render the target from the stored raw payload and call the connector.
 //! 5. Classify: success → `done`; retryable, rate-limited or misconfigured → retry with
 //!    exponential backoff and jitter, no earlier than the CRM's retry-after, or dead-letter
-//!    when attempts are exhausted; rejected → dead-letter; ambiguous → look up at once, then
-//!    `done` or retry.
+//!    when attempts are exhausted; rejected → dead-letter; ambiguous (or a 500, 502 or 504,
+//!    which can come after the CRM committed) → look up at once, then `done` or retry.
 //! 6. Finish, fenced by the lease: a worker whose lease was taken over cannot overwrite the
 //!    work of the one that took it.
 //!
@@ -145,7 +145,9 @@ impl Worker {
 
     async fn lease(&self, free: usize) -> Vec<LeasedItem> {
         let now = now_ms();
-        let owner = format!("{}/{:08x}", self.config.worker_id, rand::random::<u32>());
+        // Unique per lease call: it is the fence, so it must not repeat (a pid does, in
+        // containers).
+        let owner = format!("{}/{:032x}", self.config.worker_id, rand::random::<u128>());
         let limit = i64::try_from(free).unwrap_or(1);
         match self
             .gateway
@@ -176,7 +178,7 @@ impl Worker {
             Err(reason) => {
                 tracing::error!(item = item.id, event_id = item.event_id, %reason, "dead-lettered before any call");
                 attempt.record("prepare", "dead", &Answer::default(), Some(reason.clone()), None);
-                return self.finish(attempt, outcome(state::DEAD, Some(reason))).await;
+                return self.finish(attempt, dead_as_it_was(item, reason)).await;
             }
         };
 
@@ -195,7 +197,7 @@ impl Worker {
         let Some(connector) = self.connectors.get(&upsert.connector).cloned() else {
             let reason = format!("connector instance `{}` is not configured", upsert.connector);
             attempt.record("prepare", "dead", &Answer::default(), Some(reason.clone()), None);
-            return self.finish(attempt, outcome(state::DEAD, Some(reason))).await;
+            return self.finish(attempt, dead_as_it_was(item, reason)).await;
         };
         let request = UpsertRequest {
             object: upsert.object.clone(),
@@ -247,7 +249,8 @@ impl Worker {
                 attempt.record("upsert", "rejected", &answer, Some(error.clone()), None);
                 outcome(state::DEAD, Some(error))
             }
-            Err(ambiguous @ ConnectorError::Ambiguous { .. }) => {
+            Err(error) if written_perhaps(&error) => {
+                let ambiguous = error;
                 attempt.record_error("upsert", &ambiguous);
                 // The write may have happened: look before writing again.
                 match self.reconcile(&mut attempt, connector.as_ref(), &request).await? {
@@ -497,6 +500,17 @@ impl Attempt<'_> {
     }
 }
 
+/// Whether a failed write may have been applied: an ambiguous answer, or a server error that
+/// can come after the CRM committed (500, or a gateway that gave up waiting: 502, 504). Only a
+/// 503 (not processed) and answers before the CRM looked at the write prove it did not happen.
+fn written_perhaps(error: &ConnectorError) -> bool {
+    match error {
+        ConnectorError::Ambiguous { .. } => true,
+        ConnectorError::Retryable { answer, .. } => matches!(answer.status, Some(500 | 502 | 504)),
+        _ => false,
+    }
+}
+
 /// A connector call given `budget`: no answer in time is an unknown outcome.
 async fn within<T>(
     budget: Duration,
@@ -527,6 +541,12 @@ fn outcome(state: &'static str, error: Option<String>) -> Finish {
         applied: None,
         calls: Vec::new(),
     }
+}
+
+/// Dead-lettered before any call: an earlier write that may have reached the CRM still may
+/// have, and keeps counting for ordering.
+fn dead_as_it_was(item: &LeasedItem, reason: String) -> Finish {
+    Finish { in_doubt: item.in_doubt, ..outcome(state::DEAD, Some(reason)) }
 }
 
 /// The write is in the CRM: `done`, and the entity's version moves forward.

@@ -201,9 +201,11 @@ async fn read_body(
     if let Some(length) = announced.filter(|l| *l > limit as u64) {
         return Err(too_large(&format_args!("announced {length} bytes")));
     }
-    let capacity = announced.map_or(limit, |l| usize::try_from(l).unwrap_or(limit));
+    // The buffer grows with the budget it holds, never ahead of it: the announced length
+    // only caps what is reserved, so that no request allocates what it has not been given.
+    let announced = announced.map_or(limit, |l| usize::try_from(l).unwrap_or(limit));
     let read = async {
-        let mut buffer = BytesMut::with_capacity(capacity);
+        let mut buffer = BytesMut::new();
         // Permits are taken as bytes arrive, not for the announced length up front, so a lie
         // in Content-Length cannot reserve the budget.
         // The budget is never closed: acquiring from it fails only if it were.
@@ -229,6 +231,8 @@ async fn read_body(
                     .await
                     .map_err(|_| ReadError::TooLarge)?;
                 held.merge(more);
+                let wanted = held.num_permits().min(announced.max(needed));
+                buffer.reserve(wanted.saturating_sub(buffer.len()));
             }
             buffer.extend_from_slice(&data);
         }

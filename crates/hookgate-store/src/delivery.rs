@@ -160,6 +160,34 @@ const EVENT_STATE: &str = "UPDATE events SET state = CASE \
     WHEN EXISTS (SELECT 1 FROM outbox WHERE event_id = $1 AND state = 'dead') THEN 'dead' \
     ELSE 'done' END WHERE id = $1";
 
+/// Takes an event's row lock before its items change, so that two finishes of one event's
+/// items (in two entities, at once) recompute its state one after the other: each in its own
+/// snapshot would see the other's item still in flight, and the event would stay `accepted`.
+/// SQLite's one writer serializes them already.
+trait LockEvent {
+    async fn lock_event(&mut self, event_id: i64) -> sqlx::Result<()>;
+}
+
+impl LockEvent for sqlx::Transaction<'_, sqlx::Postgres> {
+    async fn lock_event(&mut self, event_id: i64) -> sqlx::Result<()> {
+        sqlx::query("SELECT id FROM events WHERE id = $1 FOR UPDATE")
+            .bind(event_id)
+            .fetch_optional(&mut **self)
+            .await
+            .map(|_| ())
+    }
+}
+
+impl LockEvent for sqlx::Transaction<'_, sqlx::Sqlite> {
+    async fn lock_event(&mut self, _event_id: i64) -> sqlx::Result<()> {
+        Ok(())
+    }
+}
+
+async fn lock_event<T: LockEvent>(tx: &mut T, event_id: i64) -> sqlx::Result<()> {
+    tx.lock_event(event_id).await
+}
+
 /// `($first, $first+1, $first+2), ...` for `rows` rows of three parameters.
 fn triples(rows: usize, first: usize) -> String {
     (0..rows)
@@ -338,32 +366,30 @@ impl Store {
         entity: &str,
     ) -> Result<EntityGuard> {
         on_both!(self, pool => {
-            let applied: Option<(Option<String>, Option<String>)> = sqlx::query_as(
-                "SELECT applied_version, applied_version_text FROM entities \
-                 WHERE pipeline = $1 AND target = $2 AND entity = $3",
-            )
-            .bind(pipeline)
-            .bind(target)
-            .bind(entity)
-            .fetch_optional(pool)
-            .await?;
-            let doubted: Option<(String, Option<String>)> = sqlx::query_as(
-                "SELECT version, version_text FROM outbox WHERE pipeline = $1 AND target = $2 AND entity = $3 \
-                 AND state = 'dead' AND in_doubt = 1 AND version IS NOT NULL ORDER BY version DESC LIMIT 1",
-            )
-            .bind(pipeline)
-            .bind(target)
-            .bind(entity)
-            .fetch_optional(pool)
-            .await?;
-            let version = |sort_key: String, text: Option<String>| AppliedVersion {
-                text: text.unwrap_or_else(|| sort_key.clone()),
-                sort_key,
+            // Each version's sort key and its text: applied, then doubted.
+            type Versions = (Option<String>, Option<String>, Option<String>, Option<String>);
+            let row: Option<Versions> =
+                sqlx::query_as(
+                    "SELECT applied_version, applied_version_text, doubted_version, doubted_version_text \
+                     FROM entities WHERE pipeline = $1 AND target = $2 AND entity = $3",
+                )
+                .bind(pipeline)
+                .bind(target)
+                .bind(entity)
+                .fetch_optional(pool)
+                .await?;
+            let version = |sort_key: Option<String>, text: Option<String>| {
+                sort_key.map(|sort_key| AppliedVersion {
+                    text: text.unwrap_or_else(|| sort_key.clone()),
+                    sort_key,
+                })
             };
-            Ok(EntityGuard {
-                applied: applied.and_then(|(key, text)| key.map(|key| version(key, text))),
-                doubted: doubted.map(|(key, text)| version(key, text)),
-            })
+            Ok(row
+                .map(|(applied, applied_text, doubted, doubted_text)| EntityGuard {
+                    applied: version(applied, applied_text),
+                    doubted: version(doubted, doubted_text),
+                })
+                .unwrap_or_default())
         })
     }
 
@@ -377,13 +403,24 @@ impl Store {
                 Some(v) => (Some(v.sort_key.as_str()), Some(v.text.as_str())),
                 None => (None, None),
             };
-            // The guard never moves backwards. Both assignments read the row before the update.
+            // A write dead-lettered in doubt may be in the CRM: it raises the doubted version.
+            let (doubted, doubted_text) = match (finish.state, finish.in_doubt, &item.version) {
+                ("dead", true, Some(version)) => {
+                    (Some(version.as_str()), item.version_text.as_deref().or(Some(version.as_str())))
+                }
+                _ => (None, None),
+            };
+            // The guard never moves backwards. Every assignment reads the row before the update.
             let released = sqlx::query(
                 "UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL, \
                  applied_version = CASE WHEN $5 IS NOT NULL AND (applied_version IS NULL OR applied_version < $5) \
                    THEN $5 ELSE applied_version END, \
                  applied_version_text = CASE WHEN $5 IS NOT NULL AND (applied_version IS NULL OR applied_version < $5) \
-                   THEN $6 ELSE applied_version_text END \
+                   THEN $6 ELSE applied_version_text END, \
+                 doubted_version = CASE WHEN $7 IS NOT NULL AND (doubted_version IS NULL OR doubted_version < $7) \
+                   THEN $7 ELSE doubted_version END, \
+                 doubted_version_text = CASE WHEN $7 IS NOT NULL AND (doubted_version IS NULL OR doubted_version < $7) \
+                   THEN $8 ELSE doubted_version_text END \
                  WHERE pipeline = $1 AND target = $2 AND entity = $3 AND lease_owner = $4",
             )
             .bind(&item.pipeline)
@@ -392,12 +429,15 @@ impl Store {
             .bind(&item.lease_owner)
             .bind(applied)
             .bind(applied_text)
+            .bind(doubted)
+            .bind(doubted_text)
             .execute(&mut *tx)
             .await?
             .rows_affected();
             if released == 0 {
                 return Ok(false);
             }
+            lock_event(&mut tx, item.event_id).await?;
             let finished_at = matches!(finish.state, "done" | "dead" | "skipped_stale").then_some(now_ms);
             let moved = sqlx::query(
                 "UPDATE outbox SET state = $3, next_attempt_at_ms = $4, in_doubt = $5, record_id = COALESCE($6, record_id), \
@@ -493,6 +533,7 @@ impl Store {
     pub async fn replay_event(&self, event_id: i64, now_ms: i64) -> Result<u64> {
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
+            lock_event(&mut tx, event_id).await?;
             // Evidence first: the operator's replay is part of the item's story.
             sqlx::query(
                 "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, action, outcome) \

@@ -428,11 +428,70 @@ async fn a_write_dead_lettered_in_doubt_counts_as_applied_for_ordering() {
             Some(AppliedVersion { sort_key: "5".into(), text: "v5".into() }),
             "an older version must not be written over what may be in the CRM"
         );
-        // Replayed, it is still in doubt: looked up before it is written.
+        // Replayed, it is still in doubt: looked up before it is written. The doubted version
+        // stays: a replay racing the lease of an older version must not let it through.
         assert_eq!(store.replay_event(v5, 200).await.unwrap(), 1);
         let replayed = store.lease("w", 200, 1_000, 10).await.unwrap().remove(0);
         assert!(replayed.in_doubt);
-        assert_eq!(store.entity_guard("p", "t", "E").await.unwrap().doubted, None);
+        assert!(store.entity_guard("p", "t", "E").await.unwrap().doubted.is_some());
+        assert!(
+            store
+                .finish(&replayed, &Finish { in_doubt: true, ..finish(state::DEAD, None) }, 210)
+                .await
+                .unwrap()
+        );
+
+        // Retention deletes the dead letter, not what it says about the entity.
+        assert_eq!(store.sweep("p", 1_000).await.unwrap(), 1);
+        assert!(store.event(v5).await.unwrap().is_none());
+        let guard = store.entity_guard("p", "t", "E").await.unwrap();
+        assert_eq!(guard.doubted.map(|d| d.sort_key).as_deref(), Some("5"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn finishing_two_items_of_one_event_at_once_leaves_the_event_done() {
+    on_both_backends(|store| async move {
+        for round in 0..20 {
+            let key = format!("k{round}");
+            let new = NewDelivery {
+                outbox: ["A", "B"]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, entity)| NewOutboxItem {
+                        target: format!("t{i}"),
+                        target_index: i as i64,
+                        entity: format!("{entity}{round}"),
+                        version: None,
+                        version_text: None,
+                    })
+                    .collect(),
+                ..delivery(&key, "f", b"{}")
+            };
+            let IntakeRecord::Accepted { event_id } = store.record_intake(&new).await.unwrap()
+            else {
+                panic!("not accepted")
+            };
+            let leased = store.lease(&format!("w{round}"), 2_000, 9_000, 10).await.unwrap();
+            assert_eq!(leased.len(), 2);
+            let (a, b) = (store.clone(), store.clone());
+            let (first, second) = (leased[0].clone(), leased[1].clone());
+            let (x, y) = tokio::join!(
+                tokio::spawn(
+                    async move { a.finish(&first, &finish(state::DONE, None), 2_100).await }
+                ),
+                tokio::spawn(
+                    async move { b.finish(&second, &finish(state::DONE, None), 2_100).await }
+                ),
+            );
+            assert!(x.unwrap().unwrap() && y.unwrap().unwrap());
+            assert_eq!(
+                store.event(event_id).await.unwrap().unwrap().state,
+                "done",
+                "round {round}"
+            );
+        }
     })
     .await;
 }
@@ -577,20 +636,22 @@ async fn a_first_release_database_migrates_forward_without_losing_work() {
         }
     }
     /// The first release's rows: v2 applied, v3 in flight and in doubt under an expired
-    /// lease, v1 pending.
+    /// lease, v1 pending; on another entity, v7 dead in doubt.
     fn seed() -> [String; 3] {
         [
             "INSERT INTO events (pipeline, scope, event_key, fingerprint, received_at_ms, headers, body, state, \
              delivery_count, last_delivery_at_ms) VALUES \
              ('p', '', 'k2', 'f', 1, '[]', x'7b7d', 'done', 1, 1), \
              ('p', '', 'k3', 'f', 2, '[]', x'7b7d', 'accepted', 1, 2), \
-             ('p', '', 'k1', 'f', 3, '[]', x'7b7d', 'accepted', 1, 3)"
+             ('p', '', 'k1', 'f', 3, '[]', x'7b7d', 'accepted', 1, 3), \
+             ('p', '', 'k7', 'f', 1, '[]', x'7b7d', 'dead', 1, 1)"
                 .into(),
             "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, attempts, \
              next_attempt_at_ms, created_at_ms, lease_owner, lease_expires_at_ms, in_doubt) VALUES \
              (1, 'p', 't', 0, 'E', '2', 'done', 1, 0, 1, NULL, NULL, 0), \
              (2, 'p', 't', 0, 'E', '3', 'in_flight', 1, 0, 2, 'old-worker', 50, 1), \
-             (3, 'p', 't', 0, 'E', '1', 'pending', 0, 0, 3, NULL, NULL, 0)"
+             (3, 'p', 't', 0, 'E', '1', 'pending', 0, 0, 3, NULL, NULL, 0), \
+             (4, 'p', 't', 0, 'F', '7', 'dead', 4, 0, 1, NULL, NULL, 1)"
                 .into(),
             "INSERT INTO entity_versions (pipeline, target, entity, version) VALUES ('p', 't', 'E', '2')"
                 .into(),
@@ -605,10 +666,26 @@ async fn a_first_release_database_migrates_forward_without_losing_work() {
         let store = Store::connect(url, &StoreOptions::default()).await.unwrap();
         assert!(store.ready().await.unwrap());
         assert_eq!(applied(&store, "E").await.as_deref(), Some("2"), "{url}");
+        let doubted = store.entity_guard("p", "t", "F").await.unwrap().doubted;
+        assert_eq!(doubted.map(|d| d.sort_key).as_deref(), Some("7"), "{url}: dead in doubt");
         let leased = store.lease("new", 100, 1_000, 10).await.unwrap();
         assert_eq!(events_of(&leased), [2], "{url}: the write in doubt first");
         assert!(leased[0].in_doubt);
         assert_eq!(store.unfinished_items().await.unwrap(), 2);
+        if let Store::Postgres(pool) = &store {
+            // Versions compare byte by byte as in Rust, whatever the database's locale.
+            let collations: Vec<(String, Option<String>)> = sqlx::query_as(
+                "SELECT table_name::text || '.' || column_name::text, collation_name::text \
+                 FROM information_schema.columns WHERE table_name IN ('outbox', 'entities') \
+                 AND column_name IN ('version', 'applied_version', 'doubted_version') \
+                 ORDER BY 1",
+            )
+            .fetch_all(pool)
+            .await
+            .unwrap();
+            assert!(collations.iter().all(|(_, c)| c.as_deref() == Some("C")), "{collations:?}");
+            assert_eq!(collations.len(), 3);
+        }
         store.close().await;
     }
     drop_postgres_database(&postgres).await;
