@@ -198,6 +198,28 @@ async fn fake_salesforce() -> FakeSalesforce {
     sf
 }
 
+/// A fake HubSpot that knows the `orders` pipeline's object, with `customer_id` unique.
+async fn fake_hubspot() -> FakeHubSpot {
+    let hs = FakeHubSpot::start().await;
+    {
+        let mut state = hs.lock();
+        state.token = "pat-na1-e2e".into();
+        state.unique_properties.insert("customers".into(), ["customer_id".into()].into());
+    }
+    hs
+}
+
+/// An instances file whose `crm` is the fake HubSpot.
+fn hubspot_instances(dir: &std::path::Path, hs: &FakeHubSpot) -> std::path::PathBuf {
+    crm_instances(
+        dir,
+        &format!(
+            "    kind: hubspot\n    settings: {{ base_url: \"{}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n",
+            hs.base_url
+        ),
+    )
+}
+
 /// The states of the events with these ids, in that order.
 async fn states(store: &Store, events: &[i64]) -> Vec<String> {
     let mut states = Vec::new();
@@ -308,24 +330,13 @@ async fn a_write_in_doubt_after_a_kill_is_settled_before_older_versions_are_writ
 async fn older_versions_wait_while_a_lost_answer_cannot_be_looked_up() {
     for database in Database::both().await {
         let backend = database.name();
-        let hs = FakeHubSpot::start().await;
-        {
-            let mut state = hs.lock();
-            state.token = "pat-na1-e2e".into();
-            state.unique_properties.insert("customers".into(), ["customer_id".into()].into());
-            // A 429 without Retry-After waits for the window: the time v7..v9 arrive in.
-            state.window_length = Duration::from_secs(2);
-        }
+        let hs = fake_hubspot().await;
+        // A 429 without Retry-After waits for the window: the time v7..v9 arrive in.
+        hs.lock().window_length = Duration::from_secs(2);
         hs.push_fault(hubspot::Fault::LostResponse(Duration::from_secs(30)));
         hs.push_lookup_fault(hubspot::Fault::RateLimited { retry_after: None });
         let dir = tempfile::tempdir().unwrap();
-        let instances = crm_instances(
-            dir.path(),
-            &format!(
-                "    kind: hubspot\n    settings: {{ base_url: \"{}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n",
-                hs.base_url
-            ),
-        );
+        let instances = hubspot_instances(dir.path(), &hs);
         let server = ServerBuilder::new(database.url())
             .pipelines(orders_pipeline())
             .instances(instances)
@@ -385,22 +396,11 @@ async fn older_versions_wait_while_a_lost_answer_cannot_be_looked_up() {
 async fn the_lease_is_renewed_before_each_call_so_no_worker_takes_over_mid_attempt() {
     for database in Database::both().await {
         let backend = database.name();
-        let hs = FakeHubSpot::start().await;
-        {
-            let mut state = hs.lock();
-            state.token = "pat-na1-e2e".into();
-            state.unique_properties.insert("customers".into(), ["customer_id".into()].into());
-        }
+        let hs = fake_hubspot().await;
         hs.push_fault(hubspot::Fault::LostResponse(Duration::from_millis(2500)));
         hs.push_lookup_fault(hubspot::Fault::LostResponse(Duration::from_millis(1500)));
         let dir = tempfile::tempdir().unwrap();
-        let instances = crm_instances(
-            dir.path(),
-            &format!(
-                "    kind: hubspot\n    settings: {{ base_url: \"{}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n",
-                hs.base_url
-            ),
-        );
+        let instances = hubspot_instances(dir.path(), &hs);
         let builder = ServerBuilder::new(database.url())
             .pipelines(orders_pipeline())
             .instances(instances)
@@ -437,21 +437,10 @@ async fn the_lease_is_renewed_before_each_call_so_no_worker_takes_over_mid_attem
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_error_to_a_write_is_looked_up_before_the_write_is_sent_again() {
     let database = Database::postgres().await;
-    let hs = FakeHubSpot::start().await;
-    {
-        let mut state = hs.lock();
-        state.token = "pat-na1-e2e".into();
-        state.unique_properties.insert("customers".into(), ["customer_id".into()].into());
-    }
+    let hs = fake_hubspot().await;
     hs.push_fault(hubspot::Fault::ServerError(502));
     let dir = tempfile::tempdir().unwrap();
-    let instances = crm_instances(
-        dir.path(),
-        &format!(
-            "    kind: hubspot\n    settings: {{ base_url: \"{}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n",
-            hs.base_url
-        ),
-    );
+    let instances = hubspot_instances(dir.path(), &hs);
     let server = ServerBuilder::new(database.url())
         .pipelines(orders_pipeline())
         .instances(instances)
