@@ -88,6 +88,103 @@ fn shipped_pipelines_pass_with_every_fixture() {
     }
 }
 
+#[test]
+fn sender_pipelines_pass_with_every_fixture() {
+    let output = hookgate_check(&root(), &["pipelines/senders"]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("(0 failed): 0 errors"), "{text}");
+    // Each sender pipeline shows a valid delivery and at least one refused one.
+    let mut senders = 0;
+    for entry in std::fs::read_dir(root().join("pipelines/senders")).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.is_dir() {
+            continue;
+        }
+        senders += 1;
+        let mut valid = false;
+        let mut refused = false;
+        for fixture in std::fs::read_dir(&path).unwrap() {
+            let fixture = fixture.unwrap().path();
+            if fixture.extension().is_some_and(|e| e == "yaml") {
+                let text = std::fs::read_to_string(&fixture).unwrap();
+                valid |= text.contains("signature: valid");
+                refused |= text.contains("signature: invalid");
+            }
+        }
+        assert!(valid && refused, "{} needs a valid and a refused fixture", path.display());
+    }
+    assert!(senders >= 12, "{senders} sender pipelines");
+}
+
+/// The signature block of a pipeline file: from `signature:` to the next line that does not
+/// start with a space.
+fn replace_signature_block(pipeline: &str, block: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in pipeline.lines() {
+        if line.starts_with("signature:") {
+            inside = true;
+            out.push_str(block.trim_end());
+            out.push('\n');
+            continue;
+        }
+        if inside && !line.starts_with(' ') {
+            inside = false;
+        }
+        if !inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Every preset is the signature language, so writing it out must change nothing: each
+/// shipped pipeline, its preset replaced by the block in tests/written-out/, passes the same
+/// fixtures (published vectors, negative cases, rejection codes and reasons).
+#[test]
+fn every_preset_written_out_verifies_the_same_fixtures() {
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(root().join("tests/written-out")).unwrap() {
+        let written = entry.unwrap().path();
+        if written.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let name = written.file_stem().unwrap().to_str().unwrap().to_owned();
+        let relative = ["pipelines", "pipelines/senders"]
+            .iter()
+            .map(|dir| format!("{dir}/{name}.yaml"))
+            .find(|path| root().join(path).is_file())
+            .unwrap_or_else(|| panic!("no shipped pipeline for {}", written.display()));
+        let block = std::fs::read_to_string(&written).unwrap();
+        assert!(block.contains("scheme: custom"), "{name}: not written out");
+
+        let as_shipped = hookgate_check(&root(), &[&relative]);
+        let shipped_text = stdout(&as_shipped);
+        assert!(as_shipped.status.success(), "{shipped_text}");
+
+        let dir = project_copy();
+        copy_dir(&root().join("pipelines/senders"), &dir.path().join("pipelines/senders"));
+        let copy = dir.path().join(&relative);
+        let original = std::fs::read_to_string(&copy).unwrap();
+        let rewritten = replace_signature_block(&original, &block);
+        assert_ne!(rewritten, original);
+        std::fs::write(&copy, &rewritten).unwrap();
+        let written_out = hookgate_check(dir.path(), &[&relative]);
+        let text = stdout(&written_out);
+        assert!(written_out.status.success(), "{name} written out:\n{text}");
+        // Same number of fixtures, all passing.
+        let summary =
+            |t: &str| t.lines().last().unwrap_or("").split(':').next().unwrap_or("").to_owned();
+        assert_eq!(summary(&text), summary(&shipped_text), "{name}: {text}");
+        assert!(text.contains("(0 failed): 0 errors"), "{name}: {text}");
+        checked.push(name);
+    }
+    checked.sort();
+    assert_eq!(checked.len(), 18, "{checked:?}");
+}
+
 /// One breakage of a shipped file, and the diagnostic it must produce.
 struct Breakage {
     file: &'static str,
@@ -269,7 +366,7 @@ fn hostile_files_are_diagnosed_not_crashed_on() {
         assert!(text.contains(expected), "expected {expected:?} in\n{text}");
     }
     // The good pipelines are still checked and their fixtures still run.
-    assert!(text.contains("checked 6 pipelines and 29 fixtures (0 failed)"), "{text}");
+    assert!(text.contains("checked 6 pipelines and 30 fixtures (0 failed)"), "{text}");
 }
 
 #[test]
@@ -383,4 +480,134 @@ fn sign_prints_the_headers_a_fixture_needs() {
         String::from_utf8_lossy(&output.stderr)
             .contains("environment variable `STRIPE_WEBHOOK_SECRET` is not set")
     );
+}
+
+/// A secret `check` can read but its scheme cannot use is an error at the secret's line, not a
+/// surprise when serving: a SendGrid verification key that is no public key, an SNS
+/// certificate file that is no certificate.
+#[test]
+fn a_secret_that_cannot_be_a_key_of_its_scheme_is_a_located_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_certificate = dir.path().join("sns.pem");
+    std::fs::write(
+        &not_a_certificate,
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let sns = std::fs::read_to_string(root().join("pipelines/senders/aws-sns.yaml")).unwrap();
+    let sns_copy = dir.path().join("aws-sns.yaml");
+    std::fs::write(
+        &sns_copy,
+        sns.replace("/etc/hookgate/sns-us-east-2.pem", not_a_certificate.to_str().unwrap()),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check", "pipelines/senders/sendgrid.yaml"])
+        .arg(&sns_copy)
+        .current_dir(root())
+        .env("SENDGRID_VERIFICATION_KEY", "c2VjcmV0")
+        .output()
+        .unwrap();
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("pipelines/senders/sendgrid.yaml:11:7: error: environment variable `SENDGRID_VERIFICATION_KEY` cannot be used by `sendgrid`: it is not an ECDSA P-256 public key"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cannot be used by `aws-sns`: it is not a PEM X.509 certificate"),
+        "{text}"
+    );
+}
+
+fn hookgate_sign(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .arg("sign")
+        .args(args)
+        .current_dir(root())
+        .env_remove("TWILIO_AUTH_TOKEN")
+        .output()
+        .unwrap()
+}
+
+/// `sign` reproduces senders' published signatures for the new presets, takes the secret from
+/// a fixture, and signs public-key schemes with a private key, checking the result with the
+/// pipeline's public key (a mismatched pair is an error, not a useless fixture).
+#[test]
+fn sign_works_for_every_kind_of_preset() {
+    // Twilio's documented form example, with the auth token taken from the fixture.
+    let output = hookgate_sign(&[
+        "pipelines/senders/twilio.yaml",
+        "--body",
+        "pipelines/senders/twilio/call.form",
+        "--fixture",
+        "pipelines/senders/twilio/published-vector.yaml",
+        "--url",
+        "https://mycompany.com/myapp.php?foo=1&bar=2",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(stdout(&output), "X-Twilio-Signature: RSOYDt4T1cUTdK1PDd93/VVr8B8=\n");
+
+    // HubSpot v1 and v3 on one pipeline: v3 is what `sign` sends.
+    let output = hookgate_sign(&[
+        "pipelines/senders/hubspot-legacy.yaml",
+        "--body",
+        "pipelines/senders/hubspot-legacy/python-body.txt",
+        "--fixture",
+        "pipelines/senders/hubspot-legacy/v3-published-vector.yaml",
+        "--url",
+        "https://www.example.com/webhook_uri",
+        "--timestamp",
+        "15000",
+    ]);
+    assert_eq!(
+        stdout(&output),
+        "X-HubSpot-Request-Timestamp: 15000000\nX-HubSpot-Signature-v3: HPW73RUtKmcYoEDADG0s6MmGFWUzWJKAW07r8RDgcQw=\n",
+        "hubspot-api-python's published v3 signature; {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // SendGrid: no private key, no signature; with the wrong pair, an error; with the right
+    // one, headers that verify.
+    let body = "pipelines/senders/sendgrid/dropped.json";
+    let fixture = "pipelines/senders/sendgrid/published-vector.yaml";
+    let output =
+        hookgate_sign(&["pipelines/senders/sendgrid.yaml", "--body", body, "--fixture", fixture]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("signing needs the sender's private key")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("sendgrid.key");
+    // sendgrid-go's test key pair: its public half is the published-vector-go fixture's key.
+    std::fs::write(&key, "MHcCAQEEIEQmZgBEh9DcU9zMl34czK3xov4AYvm9P3r7rNB2dNXtoAoGCCqGSM49AwEHoUQDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA==").unwrap();
+    let key = key.to_str().unwrap();
+    let output = hookgate_sign(&[
+        "pipelines/senders/sendgrid.yaml",
+        "--body",
+        body,
+        "--fixture",
+        fixture,
+        "--private-key",
+        key,
+    ]);
+    assert!(!output.status.success(), "another pair's key");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("does not verify with the pipeline's key")
+    );
+    let matching = "pipelines/senders/sendgrid/published-vector-go.yaml";
+    let output = hookgate_sign(&[
+        "pipelines/senders/sendgrid.yaml",
+        "--body",
+        body,
+        "--fixture",
+        matching,
+        "--private-key",
+        key,
+        "--timestamp",
+        "1700000000",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = stdout(&output);
+    assert!(text.starts_with("X-Twilio-Email-Event-Webhook-Timestamp: 1700000000\nX-Twilio-Email-Event-Webhook-Signature: ME"), "{text}");
 }

@@ -306,7 +306,7 @@ fn hostile_pipeline() -> std::path::PathBuf {
 /// A delivery for the `hostile` pipeline with this JSON body, signed.
 fn hostile(body: &str) -> Delivery {
     let mac = hookgate_verify::compute_mac(
-        hookgate_verify::Algorithm::Sha256,
+        hookgate_verify::Algorithm::HmacSha256,
         ORDERS_SECRET.as_bytes(),
         &[body.as_bytes()],
     );

@@ -636,3 +636,249 @@ async fn a_pipeline_may_answer_conflicts_with_a_2xx() {
     drop(server);
     database.cleanup().await;
 }
+
+/// URL-signed senders over real HTTP: Twilio's published vectors verify against the pipeline's
+/// `public_url` with the query string as sent, Square's against `--public-url` plus the path;
+/// a form body becomes the payload; a body that is not the one `bodySHA256` names is refused
+/// with its code counted, and nothing of it stored.
+#[tokio::test]
+async fn url_signed_senders_verify_against_the_public_url() {
+    let database = Database::sqlite().await;
+    let dir = tempfile::tempdir().unwrap();
+    let twilio = std::fs::read_to_string(root().join("pipelines/senders/twilio.yaml")).unwrap();
+    let twilio = twilio.replace(
+        "# public_url: https://hooks.example.com/hooks/twilio",
+        "public_url: https://mycompany.com/myapp.php",
+    );
+    assert!(twilio.contains("\npublic_url:"));
+    std::fs::write(dir.path().join("twilio.yaml"), &twilio).unwrap();
+    // The same pipeline without `public_url`, under another name: it sees the URL the
+    // gateway rebuilds from `--public-url`, which Twilio did not sign.
+    let unset = twilio
+        .replace("\npublic_url:", "\n# public_url:")
+        .replace("name: twilio", "name: twilio-unset");
+    std::fs::write(dir.path().join("twilio-unset.yaml"), unset).unwrap();
+    std::fs::copy(root().join("pipelines/senders/square.yaml"), dir.path().join("square.yaml"))
+        .unwrap();
+    let server = ServerBuilder::new(database.url())
+        .pipelines(dir.path().to_path_buf())
+        .arg("--public-url")
+        .arg("https://hooks.example.com")
+        .env("TWILIO_AUTH_TOKEN", "12345")
+        .env("SQUARE_SIGNATURE_KEY", "square-e2e-key")
+        .start();
+    let client = client();
+    let post =
+        |path: &str, content_type: &str, signature_header: &str, signature: &str, body: &[u8]| {
+            client
+                .post(server.url(path))
+                .header("Content-Type", content_type)
+                .header("I-Twilio-Idempotency-Token", format!("token-{}", body.len()))
+                .header(signature_header, signature)
+                .body(body.to_vec())
+                .send()
+        };
+    // twilio-python test_request_validator.py: the documented form example.
+    let form = b"CallSid=CA1234567890ABCDE&Caller=%2B14158675309&Digits=1234&From=%2B14158675309&To=%2B18005551212";
+    let form_type = "application/x-www-form-urlencoded";
+    let signature = "RSOYDt4T1cUTdK1PDd93/VVr8B8=";
+    let response =
+        post("/hooks/twilio?foo=1&bar=2", form_type, "X-Twilio-Signature", signature, form)
+            .await
+            .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let response =
+        post("/hooks/twilio-unset?foo=1&bar=2", form_type, "X-Twilio-Signature", signature, form)
+            .await
+            .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::UNAUTHORIZED,
+        "the URL Twilio signed is not this one"
+    );
+    let response =
+        post("/hooks/twilio?foo=1&bar=3", form_type, "X-Twilio-Signature", signature, form)
+            .await
+            .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "the query string is signed");
+
+    // JSON bodies: the URL carries the body's SHA-256 (twilio-python test_validate_body).
+    let json_body = br#"{"property": "value", "boolean": true}"#;
+    let digest = "0a1ff7634d9ab3b95db5c9a2dfe9416e41502b283a80c7cf19632632f96e6620";
+    let json_path = format!("/hooks/twilio?foo=1&bar=2&bodySHA256={digest}");
+    let response = post(
+        &json_path,
+        "application/json",
+        "X-Twilio-Signature",
+        "a9nBmqA0ju/hNViExpshrM61xv4=",
+        json_body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let tampered = br#"{"property": "value", "boolean": false}"#;
+    let response = post(
+        &json_path,
+        "application/json",
+        "X-Twilio-Signature",
+        "a9nBmqA0ju/hNViExpshrM61xv4=",
+        tampered,
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+    // Square signs `--public-url` + path + body.
+    let square_body =
+        br#"{"merchant_id":"M1","type":"customer.created","event_id":"sq-1","data":{}}"#;
+    let mac = hookgate_verify::compute_mac(
+        hookgate_verify::Algorithm::HmacSha256,
+        b"square-e2e-key",
+        &[b"https://hooks.example.com/hooks/square", square_body],
+    );
+    let square_signature = hookgate_verify::Encoding::Base64.encode(&mac);
+    let response = post(
+        "/hooks/square",
+        "application/json",
+        "X-Square-HmacSha256-Signature",
+        &square_signature,
+        square_body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+
+    // What was stored: the form's decoded values made the payload; the refused bodies left
+    // nothing behind but their codes.
+    let store = database.store().await;
+    let events = store.events("twilio").await.unwrap();
+    assert_eq!(events.len(), 2, "the form and the JSON delivery");
+    let form_event = events.iter().find(|e| e.body == form).expect("the form event");
+    let outbox = store.outbox_for(form_event.id).await.unwrap();
+    assert_eq!(outbox.len(), 1);
+    assert_eq!(outbox[0].entity, "+14158675309", "`%2B` decoded in the form payload");
+    assert!(store.events("twilio-unset").await.unwrap().is_empty());
+    assert_eq!(store.events("square").await.unwrap().len(), 1);
+    let metrics = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for line in [
+        r#"hookgate_signature_rejections_total{pipeline="twilio",code="signature_mismatch"} 1"#,
+        r#"hookgate_signature_rejections_total{pipeline="twilio",code="body_digest_mismatch"} 1"#,
+        r#"hookgate_signature_rejections_total{pipeline="twilio-unset",code="signature_mismatch"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "`{line}` missing from\n{metrics}");
+    }
+    store.close().await;
+    drop(server);
+    database.cleanup().await;
+}
+
+/// A loopback server for SNS signing certificates: `/good.pem` is AWS's certificate of the
+/// published vectors, anything else is a 404. Counts the requests it answers.
+async fn certificate_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let certificate =
+        std::fs::read_to_string(root().join("pipelines/senders/aws-sns/sns-us-east-2.pem"))
+            .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let certificate = certificate.clone();
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 4096];
+                let read = socket.read(&mut request).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&request[..read]).into_owned();
+                let answer = if head.starts_with("GET /good.pem ") {
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{certificate}",
+                        certificate.len()
+                    )
+                } else {
+                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .to_owned()
+                };
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (base, served)
+}
+
+/// AWS SNS with `fetch_keys`: the certificate a message names is fetched once from an allowed
+/// host and kept; a message naming another host is refused without a fetch; a certificate that
+/// cannot be fetched is a 503 (SNS retries), never a 2xx or a silent pass.
+#[tokio::test]
+async fn sns_certificates_are_fetched_from_allowed_hosts_only_and_kept() {
+    let (base, served) = certificate_server().await;
+    let database = Database::sqlite().await;
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = std::fs::read_to_string(root().join("pipelines/senders/aws-sns.yaml")).unwrap();
+    let fetching = shipped.replace(
+        "  secrets:\n    - file: /etc/hookgate/sns-us-east-2.pem\n",
+        "  secrets: []\n  fetch_keys:\n    hosts: [\"127.0.0.1\"]\n",
+    );
+    assert_ne!(fetching, shipped);
+    std::fs::write(dir.path().join("aws-sns.yaml"), fetching).unwrap();
+    let server =
+        ServerBuilder::new(database.url()).pipelines(dir.path().join("aws-sns.yaml")).start();
+    let client = client();
+    let message = |file: &str, certificate_url: &str| {
+        let body =
+            std::fs::read_to_string(root().join("pipelines/senders/aws-sns").join(file)).unwrap();
+        // SigningCertURL is not signed: SNS's canonical message leaves it out.
+        body.replace(
+            "https://sns.us-east-2.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem",
+            certificate_url,
+        )
+    };
+    let send = |body: String| {
+        client
+            .post(server.url("/hooks/aws-sns"))
+            .header("Content-Type", "text/plain; charset=UTF-8")
+            .header("x-amz-sns-message-type", "Notification")
+            .body(body)
+            .send()
+    };
+    let good = format!("{base}/good.pem");
+    let fetches = || served.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(send(message("sha1.json", &good)).await.unwrap().status(), StatusCode::ACCEPTED);
+    assert_eq!(fetches(), 1);
+    assert_eq!(send(message("sha256.json", &good)).await.unwrap().status(), StatusCode::ACCEPTED);
+    assert_eq!(fetches(), 1, "the certificate is kept, not fetched per message");
+    assert_eq!(
+        send(message("sha1-tampered.json", &good)).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let other_host = good.replace("127.0.0.1", "localhost");
+    assert_eq!(
+        send(message("sha1.json", &other_host)).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let not_pem = format!("{base}/good.txt");
+    assert_eq!(
+        send(message("sha1.json", &not_pem)).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(fetches(), 1, "a host or file the pipeline does not allow is never fetched");
+    let missing = format!("{base}/missing.pem");
+    let response = send(message("sha1.json", &missing)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(fetches(), 2);
+
+    let store = database.store().await;
+    assert_eq!(store.events("aws-sns").await.unwrap().len(), 2);
+    let metrics = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for line in [
+        r#"hookgate_signature_rejections_total{pipeline="aws-sns",code="untrusted_key"} 2"#,
+        r#"hookgate_signature_rejections_total{pipeline="aws-sns",code="signature_mismatch"} 1"#,
+        r#"hookgate_deliveries_total{pipeline="aws-sns",outcome="key_unavailable"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "`{line}` missing from\n{metrics}");
+    }
+    store.close().await;
+    drop(server);
+    database.cleanup().await;
+}

@@ -93,6 +93,7 @@ pub struct ServerBuilder {
     database_url: String,
     extra_args: Vec<String>,
     unset_env: Vec<&'static str>,
+    extra_env: Vec<(&'static str, String)>,
     pipelines: Option<PathBuf>,
     instances: Option<PathBuf>,
     workers: usize,
@@ -106,6 +107,7 @@ impl ServerBuilder {
             database_url: database_url.to_owned(),
             extra_args: Vec::new(),
             unset_env: Vec::new(),
+            extra_env: Vec::new(),
             pipelines: None,
             instances: None,
             // Intake alone by default: the intake tests read items as intake left them.
@@ -138,6 +140,11 @@ impl ServerBuilder {
     /// Sends the server's log to a file, for tests that read it.
     pub fn log(mut self, path: PathBuf) -> ServerBuilder {
         self.log = Some(path);
+        self
+    }
+
+    pub fn env(mut self, name: &'static str, value: &str) -> ServerBuilder {
+        self.extra_env.push((name, value.to_owned()));
         self
     }
 
@@ -177,6 +184,9 @@ impl ServerBuilder {
         command.args(&self.extra_args);
         for name in &self.unset_env {
             command.env_remove(name);
+        }
+        for (name, value) in &self.extra_env {
+            command.env(name, value);
         }
         command
     }
@@ -276,7 +286,7 @@ impl Delivery {
 }
 
 fn hex_hmac(secret: &str, body: &[u8]) -> String {
-    Encoding::Hex.encode(&compute_mac(Algorithm::Sha256, secret.as_bytes(), &[body]))
+    Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, secret.as_bytes(), &[body]))
 }
 
 /// An order for the delivery tests' `orders` pipeline: keyed by `id`, ordered by `seq` per
@@ -303,7 +313,7 @@ pub fn shopify_customer(
     let body = format!(
         r#"{{"id":{customer_id},"email":"{email}","first_name":"{first}","last_name":"Norman","updated_at":"{updated_at}"}}"#
     );
-    let mac = compute_mac(Algorithm::Sha256, b"shopify-e2e-secret", &[body.as_bytes()]);
+    let mac = compute_mac(Algorithm::HmacSha256, b"shopify-e2e-secret", &[body.as_bytes()]);
     Delivery {
         pipeline: "shopify",
         headers: vec![
@@ -323,7 +333,7 @@ pub fn signup(event_id: &str, email: &str, first: &str, plan: &str) -> Delivery 
     );
     let ts = now_secs().to_string();
     let mac = compute_mac(
-        Algorithm::Sha256,
+        Algorithm::HmacSha256,
         b"signups-e2e-secret",
         &[ts.as_bytes(), b".", body.as_bytes()],
     );
@@ -387,7 +397,7 @@ pub fn standard(message_id: &str, timestamp: i64, body: &str) -> Delivery {
         .expect("base64");
     let ts = timestamp.to_string();
     let mac = compute_mac(
-        Algorithm::Sha256,
+        Algorithm::HmacSha256,
         &key,
         &[message_id.as_bytes(), b".", ts.as_bytes(), b".", body.as_bytes()],
     );

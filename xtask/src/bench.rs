@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use hookgate_verify::{
-    Algorithm, Clock, Encoding, Request, Scheme, SecretBytes, Verifier, compute_mac,
+    Algorithm, Clock, Encoding, Preset, Request, SecretBytes, Verifier, compute_mac,
 };
 use sha2::Digest;
 
@@ -74,11 +74,11 @@ fn verify_bench() {
     let body: Vec<u8> = (0..BODY_BYTES).map(|i| (i % 251) as u8).collect();
     let signature = format!(
         "sha256={}",
-        Encoding::Hex.encode(&compute_mac(Algorithm::Sha256, SECRET.as_bytes(), &[&body]))
+        Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]))
     );
     let headers = vec![("X-Hub-Signature-256".to_owned(), signature.into_bytes())];
-    let verifier =
-        Verifier::new(Scheme::Github, &[SecretBytes::new(SECRET)], None).expect("a secret");
+    let verifier = Verifier::new(Preset::Github.scheme(), &[SecretBytes::new(SECRET)], None)
+        .expect("a secret");
     let request = Request { method: "POST", url: "", headers: &headers, body: &body };
 
     let started = Instant::now();
@@ -170,7 +170,7 @@ async fn fire(
     let body: Arc<Vec<u8>> = Arc::new((0..BODY_BYTES).map(|i| b'a' + (i % 26) as u8).collect());
     let signature = Arc::new(format!(
         "sha256={}",
-        Encoding::Hex.encode(&compute_mac(Algorithm::Sha256, SECRET.as_bytes(), &[&body]))
+        Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]))
     ));
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();

@@ -20,7 +20,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Validate pipelines (default: pipelines/) with their fixtures, and check that schemas/
+    /// Validate pipelines (default: pipelines/ and pipelines/senders/) with their fixtures, and check that schemas/
     /// is up to date.
     Check {
         paths: Vec<PathBuf>,
@@ -108,6 +108,7 @@ fn main() -> Result<ExitCode> {
         Command::Check { mut paths, instances } => {
             if paths.is_empty() {
                 paths.push(PathBuf::from("pipelines"));
+                paths.push(PathBuf::from("pipelines/senders"));
             }
             let report = check::check(&Options {
                 paths,

@@ -26,8 +26,10 @@ use hookgate_store::{
 };
 use hookgate_verify::{Clock, Rejection, Request, Verifier};
 
+mod keys;
 mod worker;
 
+pub use keys::{FETCHED_KEY_TTL, FETCHED_KEYS_MAX, FetchedKeys, KeyFetcher, KeyProblem};
 pub use worker::{Connectors, LEASE_MARGIN, Worker, WorkerConfig, backoff};
 
 /// A repeated delivery (duplicate or conflict) keeps at most this much of its headers.
@@ -43,16 +45,33 @@ const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "c
 #[derive(Debug)]
 pub struct ServedPipeline {
     pub compiled: CompiledPipeline,
-    pub verifier: Verifier,
+    /// The configured keys; with `fetch_keys` there may be none, and deliveries name theirs.
+    pub verifier: Option<Verifier>,
+    fetched: Option<FetchedKeys>,
     /// Lowercased header names that are not stored: signature and credential headers.
     unstored_headers: Vec<String>,
 }
 
 impl ServedPipeline {
     pub fn new(compiled: CompiledPipeline, verifier: Verifier) -> ServedPipeline {
-        let mut unstored_headers = verifier.scheme().signature_headers();
+        ServedPipeline::with_keys(compiled, Some(verifier), None)
+    }
+
+    /// A pipeline whose deliveries may name a key to fetch (`fetch_keys`), beside or instead
+    /// of configured ones.
+    pub fn with_keys(
+        compiled: CompiledPipeline,
+        verifier: Option<Verifier>,
+        fetcher: Option<Arc<dyn KeyFetcher>>,
+    ) -> ServedPipeline {
+        let mut unstored_headers = compiled.scheme.signature_headers();
         unstored_headers.extend(CREDENTIAL_HEADERS.iter().map(|h| (*h).to_owned()));
-        ServedPipeline { compiled, verifier, unstored_headers }
+        let fetched = compiled
+            .key_fetch
+            .clone()
+            .zip(fetcher)
+            .map(|(config, fetcher)| FetchedKeys::new(config, fetcher));
+        ServedPipeline { compiled, verifier, fetched, unstored_headers }
     }
 
     /// The headers kept as evidence, as a JSON array of `[name, value]` pairs in the order
@@ -129,6 +148,8 @@ pub enum IntakeOutcome {
     Unavailable(StoreError),
     /// The database failed in a way a retry will not fix by itself.
     Failed(StoreError),
+    /// The signing key the delivery names could not be fetched now; the sender should retry.
+    KeyUnavailable(String),
 }
 
 impl IntakeOutcome {
@@ -142,6 +163,7 @@ impl IntakeOutcome {
             IntakeOutcome::Unauthorized(_) => "unauthorized",
             IntakeOutcome::UnknownPipeline => "unknown_pipeline",
             IntakeOutcome::Unavailable(_) => "unavailable",
+            IntakeOutcome::KeyUnavailable(_) => "key_unavailable",
             IntakeOutcome::Failed(_) => "failed",
         }
     }
@@ -193,17 +215,54 @@ impl Gateway {
         let Some(pipeline) = self.pipelines.get(incoming.pipeline) else {
             return IntakeOutcome::UnknownPipeline;
         };
+        let url = pipeline.compiled.signed_url(incoming.url);
         let request = Request {
             method: incoming.method,
-            url: incoming.url,
+            url: &url,
             headers: incoming.headers,
             body: incoming.body,
         };
         let now = Clock { unix_ms: incoming.received_at_ms };
-        if let Err(rejection) = pipeline.verifier.verify(&request, now) {
+        let verdict = match (&pipeline.fetched, &pipeline.verifier) {
+            (Some(fetched), configured) => {
+                // A delivery naming a key is checked with that key; without one, with the
+                // configured keys, if any.
+                let template = configured.as_ref();
+                match fetched
+                    .verifier_for(
+                        &pipeline.compiled.scheme,
+                        pipeline.compiled.tolerance_secs,
+                        &request,
+                    )
+                    .await
+                {
+                    Ok(verifier) => verifier.verify(&request, now),
+                    Err(KeyProblem::Refused(rejection)) => match template {
+                        Some(configured) if matches!(rejection, Rejection::MalformedBody(_)) => {
+                            configured.verify(&request, now)
+                        }
+                        _ => Err(rejection),
+                    },
+                    Err(KeyProblem::Unavailable(problem)) => {
+                        tracing::warn!(pipeline = incoming.pipeline, %problem, "signing key unavailable");
+                        return IntakeOutcome::KeyUnavailable(problem);
+                    }
+                }
+            }
+            (None, Some(configured)) => configured.verify(&request, now),
+            (None, None) => Err(Rejection::NoMatch),
+        };
+        if let Err(rejection) = verdict {
             // Per request only at debug: a forged flood must not flood the log. The edge logs
             // refusals at a bounded rate.
             tracing::debug!(pipeline = incoming.pipeline, reason = %rejection, "signature rejected");
+            // Nothing of a refused delivery is stored; its stable code is counted, per pipeline.
+            metrics::counter!(
+                "hookgate_signature_rejections_total",
+                "pipeline" => incoming.pipeline.to_owned(),
+                "code" => rejection.code()
+            )
+            .increment(1);
             return IntakeOutcome::Unauthorized(rejection);
         }
 

@@ -4,14 +4,18 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use hookgate_verify::{Algorithm, Encoding, GenericHmac, Scheme, SignedContent};
+use hookgate_verify::{
+    Algorithm, Condition, Encoding, Fields, HeaderRef, KeyFormat, Part, Preset, Scheme,
+    SignatureSource, Spec, TimestampFormat, TimestampRule, TimestampSource, TimestampSpec, Variant,
+};
 use minijinja::Environment;
 
 use crate::diagnostic::{Diagnostic, Pos, Span, suggestion};
 use crate::model::{
-    ConnectorInstance, ConnectorKind, DigestEncoding, Fingerprint, HashAlgorithm, InstancesFile,
-    Operation, Pipeline, Provider, SchemeName, SecretRef, SignedPart, Target, ValueSource,
-    VersionType,
+    ConditionConfig, ConnectorInstance, ConnectorKind, DigestEncoding, FieldsConfig, Fingerprint,
+    HeaderNames, InstancesFile, KeyFormatName, MessagePart, Operation, Pipeline, Provider,
+    SchemeName, SecretRef, SignatureAlgorithm, SignatureConfig, SignedPart, Target,
+    TimestampConfig, TimestampFormatName, TimestampRuleName, ValueSource, VersionType,
 };
 use crate::template::{self, BUILTIN_FUNCTIONS, EVENT_VARIABLES, REQUEST_VARIABLES};
 use crate::yaml::{Node, PathSegment, Style, Value};
@@ -30,6 +34,10 @@ pub struct CompiledPipeline {
     pub name_pos: Pos,
     pub scheme: Scheme,
     pub tolerance_secs: Option<u32>,
+    /// The URL the sender calls, for URL-signed schemes; see [`CompiledPipeline::signed_url`].
+    pub public_url: Option<String>,
+    /// Where signing keys may be fetched from, for schemes whose deliveries name their key.
+    pub key_fetch: Option<KeyFetch>,
     /// With the position of each reference, for "unset secret" diagnostics.
     pub secrets: Vec<(SecretRef, Pos)>,
     pub key: CompiledSource,
@@ -280,7 +288,7 @@ pub(crate) fn check_pipeline(
         c.error(&path!["name"], format!("invalid pipeline name `{}`", model.name)).hint =
             Some(NAME_HINT.into());
     }
-    let preset = model.provider.map(Preset::of);
+    let preset = model.provider.map(ProviderDefaults::of);
 
     let scheme = check_signature(&mut c, &model, preset.as_ref());
     let tolerance_secs = model.signature.tolerance.map(|t| {
@@ -292,7 +300,8 @@ pub(crate) fn check_pipeline(
         }
         u32::try_from(t.0.as_secs()).unwrap_or(u32::MAX)
     });
-    if model.signature.secrets.is_empty() {
+    let key_fetch = check_key_fetch(&mut c, &model.signature, scheme.as_ref());
+    if model.signature.secrets.is_empty() && key_fetch.is_none() {
         c.error_at_key(&path!["signature", "secrets"], "at least one secret is needed").hint =
             Some("a pipeline without a secret would accept anyone's deliveries; add `- env: SOME_VARIABLE`".into());
     }
@@ -398,6 +407,31 @@ pub(crate) fn check_pipeline(
         );
     }
 
+    let public_url = model.public_url.as_ref().map(|url| url.trim_end_matches('/').to_owned());
+    if let Some(url) = &public_url {
+        let scheme_ok = url.starts_with("https://") || url.starts_with("http://");
+        if !scheme_ok
+            || url.contains(['?', '#'])
+            || url.chars().any(|ch| ch.is_whitespace() || ch.is_control())
+        {
+            c.error(
+                &path!["public_url"],
+                format!("`{url}` is not an http(s) URL without query string"),
+            )
+            .hint = Some("the query string the sender sends is appended as received".into());
+        }
+    }
+    if let Some(scheme) = &scheme
+        && public_url.is_some()
+        && !scheme.signs_url()
+    {
+        let span = c.doc.key_span(&path!["public_url"]);
+        c.diagnostics.push(Diagnostic::warning(
+            c.file,
+            span,
+            format!("`{}` does not sign the URL, so `public_url` has no effect", scheme.name),
+        ));
+    }
     let Some(scheme) = scheme else { return (None, c.diagnostics) };
     if c.diagnostics.iter().any(Diagnostic::is_error) {
         return (None, c.diagnostics);
@@ -408,6 +442,8 @@ pub(crate) fn check_pipeline(
         name_pos: doc.locate(&path!["name"]).span.start,
         scheme,
         tolerance_secs,
+        public_url,
+        key_fetch,
         secrets,
         key,
         scope,
@@ -426,7 +462,7 @@ pub(crate) fn check_pipeline(
 fn check_signature(
     c: &mut Checker<'_>,
     model: &Pipeline,
-    preset: Option<&Preset>,
+    preset: Option<&ProviderDefaults>,
 ) -> Option<Scheme> {
     let signature = &model.signature;
     let name = match (signature.scheme, preset) {
@@ -434,12 +470,13 @@ fn check_signature(
         (None, Some(preset)) => preset.scheme,
         (None, None) => {
             c.error_at_key(&path!["signature"], "missing field `scheme`").hint =
-                Some("name the scheme (`github`, `stripe`, `standard-webhooks`, `svix`, `shopify`, `slack`, `hubspot-v3`, `hmac`) or set `provider`".into());
+                Some("name a sender preset (`github`, `stripe`, `twilio`, …), `hmac` or `custom`, or set `provider`".into());
             return None;
         }
     };
     if let (Some(given), Some(preset)) = (signature.scheme, preset)
         && given != preset.scheme
+        && !matches!(given, SchemeName::Hmac | SchemeName::Custom)
     {
         let message = format!(
             "scheme `{}` differs from the `{}` the provider uses",
@@ -449,7 +486,125 @@ fn check_signature(
         let span = c.doc.locate(&path!["signature", "scheme"]).span;
         c.diagnostics.push(Diagnostic::warning(c.file, span, message));
     }
-    let generic_only: [(&str, bool); 7] = [
+    let present = given_fields(signature);
+    const HMAC_FIELDS: [&str; 7] =
+        ["header", "prefix", "algorithm", "encoding", "signed", "timestamp_header", "separator"];
+    const HMAC_ONLY: [&str; 3] = ["signed", "timestamp_header", "separator"];
+    for (field, is_present) in present {
+        if !is_present {
+            continue;
+        }
+        let allowed = match name {
+            SchemeName::Hmac => HMAC_FIELDS.contains(&field),
+            SchemeName::Custom => !HMAC_ONLY.contains(&field),
+            SchemeName::Preset(_) => false,
+        };
+        if allowed {
+            continue;
+        }
+        let applies = if HMAC_FIELDS.contains(&field) && !HMAC_ONLY.contains(&field) {
+            "`scheme: hmac` and `scheme: custom`"
+        } else if HMAC_ONLY.contains(&field) {
+            "`scheme: hmac`"
+        } else {
+            "`scheme: custom`"
+        };
+        c.error_at_key(
+            &path!["signature", field],
+            format!("`{field}` applies only to {applies}"),
+        )
+        .hint = Some(match name {
+            SchemeName::Hmac | SchemeName::Custom => {
+                "`hmac` is the short form, `custom` the full language; use the fields of one".into()
+            }
+            _ => format!("`{}` fixes its own header and format; remove `{field}`", name.as_str()),
+        });
+    }
+    let scheme = match name {
+        SchemeName::Hmac => hmac_scheme(c, signature)?,
+        SchemeName::Custom => custom_scheme(c, signature)?,
+        SchemeName::Preset(preset) => preset.scheme(),
+    };
+    if signature.tolerance.is_some() && !scheme.has_timestamp() {
+        let span = c.doc.key_span(&path!["signature", "tolerance"]);
+        let message =
+            format!("`{}` signs no timestamp, so `tolerance` has no effect", name.as_str());
+        c.diagnostics.push(Diagnostic::warning(c.file, span, message));
+    }
+    Some(scheme)
+}
+
+/// Hosts AWS SNS serves its signing certificates from.
+const SNS_CERTIFICATE_HOSTS: [&str; 2] = ["sns.*.amazonaws.com", "sns.*.amazonaws.com.cn"];
+
+fn check_key_fetch(
+    c: &mut Checker<'_>,
+    signature: &SignatureConfig,
+    scheme: Option<&Scheme>,
+) -> Option<KeyFetch> {
+    let fetch = signature.fetch_keys.as_ref()?;
+    let at = path!["signature", "fetch_keys"];
+    let Some(field) = scheme.and_then(|s| s.key_url_field.clone()) else {
+        if scheme.is_some() {
+            c.error_at_key(&at, "this scheme's deliveries name no key to fetch").hint = Some(
+                "`fetch_keys` is for senders like AWS SNS; `scheme: custom` names the field with `key_url_field`".into(),
+            );
+        }
+        return None;
+    };
+    let hosts = match (&fetch.hosts, scheme.map(|s| s.name.as_str())) {
+        (Some(hosts), _) => hosts.clone(),
+        (None, Some("aws-sns")) => SNS_CERTIFICATE_HOSTS.iter().map(|h| (*h).to_owned()).collect(),
+        (None, _) => {
+            c.error_at_key(&at, "`fetch_keys` needs `hosts`, the hosts keys may come from");
+            return None;
+        }
+    };
+    for (i, host) in hosts.iter().enumerate() {
+        let valid = !host.is_empty()
+            && host.split('.').all(|label| {
+                label == "*"
+                    || (!label.is_empty()
+                        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            })
+            && host.split('.').any(|label| label != "*");
+        if !valid {
+            c.error(
+                &join(&at, &path!["hosts", i]),
+                format!("`{host}` is not a host name pattern"),
+            )
+            .hint = Some("DNS labels, or `*` for one label, e.g. `sns.*.amazonaws.com`".into());
+        }
+    }
+    Some(KeyFetch { field, hosts })
+}
+
+fn signature_header(
+    c: &mut Checker<'_>,
+    signature: &SignatureConfig,
+    scheme: &str,
+) -> Option<String> {
+    let names = match &signature.header {
+        None => {
+            c.error_at_key(&path!["signature"], format!("`scheme: {scheme}` needs `header`"));
+            return None;
+        }
+        Some(HeaderNames::One(name)) => name.clone(),
+        Some(HeaderNames::FirstOf(_)) => {
+            c.error(&path!["signature", "header"], "`scheme: hmac` reads one header").hint =
+                Some("alternative header names need `scheme: custom`".into());
+            return None;
+        }
+    };
+    if !valid_header_name(&names) {
+        c.error(&path!["signature", "header"], format!("`{names}` is not a valid header name"));
+    }
+    Some(names)
+}
+
+/// Which of the scheme-describing fields of `signature` are given.
+fn given_fields(signature: &SignatureConfig) -> [(&'static str, bool); 17] {
+    [
         ("header", signature.header.is_some()),
         ("prefix", signature.prefix.is_some()),
         ("algorithm", signature.algorithm.is_some()),
@@ -457,87 +612,460 @@ fn check_signature(
         ("signed", signature.signed.is_some()),
         ("timestamp_header", signature.timestamp_header.is_some()),
         ("separator", signature.separator.is_some()),
-    ];
-    if name != SchemeName::Hmac {
-        for (field, present) in generic_only {
-            if present {
+        ("fields", signature.fields.is_some()),
+        ("signature_field", signature.signature_field.is_some()),
+        ("body_field", signature.body_field.is_some()),
+        ("timestamp", signature.timestamp.is_some()),
+        ("message", signature.message.is_some()),
+        ("key_format", signature.key_format.is_some()),
+        ("body_digest_param", signature.body_digest_param.is_some()),
+        ("require_body", signature.require_body.is_some()),
+        ("variants", signature.variants.is_some()),
+        ("key_url_field", signature.key_url_field.is_some()),
+    ]
+}
+
+/// `scheme: hmac`: the short form, one header with an HMAC of the body or `timestamp.body`.
+fn hmac_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Scheme> {
+    let header = signature_header(c, signature, "hmac")?;
+    let (timestamp, message) = match signature.signed.unwrap_or(SignedPart::Body) {
+        SignedPart::Body => {
+            if signature.timestamp_header.is_some() || signature.separator.is_some() {
                 c.error_at_key(
-                    &path!["signature", field],
-                    format!("`{field}` applies only to `scheme: hmac`"),
-                )
-                .hint = Some(format!(
-                    "`{}` fixes its own header and format; remove `{field}`",
-                    name.as_str()
-                ));
-            }
-        }
-    }
-    let scheme = match name {
-        SchemeName::Github => Scheme::Github,
-        SchemeName::Stripe => Scheme::Stripe,
-        SchemeName::StandardWebhooks | SchemeName::Svix => Scheme::StandardWebhooks,
-        SchemeName::Shopify => Scheme::Shopify,
-        SchemeName::Slack => Scheme::Slack,
-        SchemeName::HubspotV3 => Scheme::HubspotV3,
-        SchemeName::Hmac => {
-            let Some(header) = signature.header.clone() else {
-                c.error_at_key(&path!["signature"], "`scheme: hmac` needs `header`");
-                return None;
-            };
-            if !valid_header_name(&header) {
-                c.error(
-                    &path!["signature", "header"],
-                    format!("`{header}` is not a valid header name"),
+                    &path!["signature", "signed"],
+                    "`timestamp_header` and `separator` need `signed: timestamp_body`",
                 );
             }
-            let signed = match signature.signed.unwrap_or(SignedPart::Body) {
-                SignedPart::Body => {
-                    if signature.timestamp_header.is_some() || signature.separator.is_some() {
-                        c.error_at_key(
-                            &path!["signature", "signed"],
-                            "`timestamp_header` and `separator` need `signed: timestamp_body`",
-                        );
+            (None, vec![Part::Body])
+        }
+        SignedPart::TimestampBody => {
+            let Some(timestamp_header) = signature.timestamp_header.clone() else {
+                c.error_at_key(
+                    &path!["signature", "signed"],
+                    "`signed: timestamp_body` needs `timestamp_header`",
+                );
+                return None;
+            };
+            let separator = signature.separator.clone().unwrap_or_else(|| ".".into());
+            (
+                Some(TimestampSpec {
+                    source: TimestampSource::Header(HeaderRef::one(&timestamp_header)),
+                    format: TimestampFormat::UnixSeconds,
+                    rule: TimestampRule::InclusiveBothWays,
+                }),
+                vec![Part::Timestamp, Part::Literal(separator), Part::Body],
+            )
+        }
+    };
+    let algorithm = match signature.algorithm.unwrap_or(SignatureAlgorithm::Sha256) {
+        SignatureAlgorithm::Sha1 | SignatureAlgorithm::HmacSha1 => Algorithm::HmacSha1,
+        SignatureAlgorithm::Sha256 | SignatureAlgorithm::HmacSha256 => Algorithm::HmacSha256,
+        SignatureAlgorithm::Sha512 | SignatureAlgorithm::HmacSha512 => Algorithm::HmacSha512,
+        _ => {
+            c.error(
+                &path!["signature", "algorithm"],
+                "`scheme: hmac` takes `sha1`, `sha256` or `sha512`",
+            )
+            .hint = Some("other algorithms need `scheme: custom`".into());
+            Algorithm::HmacSha256
+        }
+    };
+    Some(Scheme::single(
+        "hmac",
+        Spec {
+            algorithm,
+            key_format: KeyFormat::Raw,
+            signature: SignatureSource::Header(HeaderRef::one(&header)),
+            prefix: signature.prefix.clone().unwrap_or_default(),
+            encoding: encoding_of(signature.encoding.unwrap_or(DigestEncoding::Hex)),
+            timestamp,
+            message,
+            require_body: false,
+            body_digest_param: None,
+        },
+    ))
+}
+
+fn encoding_of(encoding: DigestEncoding) -> Encoding {
+    match encoding {
+        DigestEncoding::Hex => Encoding::Hex,
+        DigestEncoding::Base64 => Encoding::Base64,
+        DigestEncoding::Text => Encoding::Text,
+    }
+}
+
+fn one_char(c: &mut Checker<'_>, path: &[PathSegment], text: &str) -> Option<char> {
+    let mut chars = text.chars();
+    match (chars.next(), chars.next()) {
+        (Some(ch), None) => Some(ch),
+        _ => {
+            c.error(path, format!("`{text}` must be exactly one character"));
+            None
+        }
+    }
+}
+
+/// The fields of one `custom` rule, whether given at the top of `signature` or in a variant.
+struct SpecFields<'a> {
+    header: Option<&'a HeaderNames>,
+    prefix: Option<&'a String>,
+    algorithm: Option<SignatureAlgorithm>,
+    encoding: Option<DigestEncoding>,
+    fields: Option<&'a FieldsConfig>,
+    signature_field: Option<&'a String>,
+    body_field: Option<&'a String>,
+    timestamp: Option<&'a TimestampConfig>,
+    message: Option<&'a Vec<MessagePart>>,
+    key_format: Option<KeyFormatName>,
+    body_digest_param: Option<&'a String>,
+    require_body: Option<bool>,
+}
+
+/// `scheme: custom`: the signature language written out, as one rule or several variants.
+fn custom_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Scheme> {
+    let Some(variants) = &signature.variants else {
+        let top = SpecFields {
+            header: signature.header.as_ref(),
+            prefix: signature.prefix.as_ref(),
+            algorithm: signature.algorithm,
+            encoding: signature.encoding,
+            fields: signature.fields.as_ref(),
+            signature_field: signature.signature_field.as_ref(),
+            body_field: signature.body_field.as_ref(),
+            timestamp: signature.timestamp.as_ref(),
+            message: signature.message.as_ref(),
+            key_format: signature.key_format,
+            body_digest_param: signature.body_digest_param.as_ref(),
+            require_body: signature.require_body,
+        };
+        let spec = custom_spec(c, &path!["signature"], &top)?;
+        let mut scheme = Scheme::single("custom", spec);
+        scheme.key_url_field = signature.key_url_field.clone();
+        return Some(scheme);
+    };
+    // A rule's own fields; the rest of `signature` (secrets, tolerance, …) is shared.
+    const NOT_RULE: [&str; 5] =
+        ["signed", "timestamp_header", "separator", "variants", "key_url_field"];
+    let beside = given_fields(signature).into_iter().filter(|(field, _)| !NOT_RULE.contains(field));
+    for (field, present) in beside {
+        if present {
+            c.error_at_key(&path!["signature", field], format!("`{field}` beside `variants`"))
+                .hint = Some("with `variants`, each variant gives its own rule".into());
+        }
+    }
+    if variants.is_empty() {
+        c.error(&path!["signature", "variants"], "`variants` is empty");
+        return None;
+    }
+    let mut out = Vec::new();
+    for (i, variant) in variants.iter().enumerate() {
+        let base = path!["signature", "variants", i];
+        let when = condition(c, &join(&base, &path!["when"]), &variant.when);
+        let fields = SpecFields {
+            header: variant.header.as_ref(),
+            prefix: variant.prefix.as_ref(),
+            algorithm: variant.algorithm,
+            encoding: variant.encoding,
+            fields: variant.fields.as_ref(),
+            signature_field: variant.signature_field.as_ref(),
+            body_field: variant.body_field.as_ref(),
+            timestamp: variant.timestamp.as_ref(),
+            message: variant.message.as_ref(),
+            key_format: variant.key_format,
+            body_digest_param: variant.body_digest_param.as_ref(),
+            require_body: variant.require_body,
+        };
+        let spec = custom_spec(c, &base, &fields);
+        if let (Some(when), Some(spec)) = (when, spec) {
+            out.push(Variant { when, spec });
+        }
+    }
+    if out.len() != variants.len() {
+        return None;
+    }
+    if let Some(i) = out.iter().position(|v| v.when == Condition::Always)
+        && i + 1 < out.len()
+    {
+        let span = c.doc.key_span(&path!["signature", "variants", i + 1]);
+        c.diagnostics.push(Diagnostic::warning(
+            c.file,
+            span,
+            "variants after one that always applies are never used".to_owned(),
+        ));
+    }
+    Some(Scheme {
+        name: "custom".into(),
+        variants: out,
+        key_url_field: signature.key_url_field.clone(),
+    })
+}
+
+fn condition(
+    c: &mut Checker<'_>,
+    path: &[PathSegment],
+    when: &ConditionConfig,
+) -> Option<Condition> {
+    let equals = when.equals.clone();
+    let chosen = [
+        when.header.is_some(),
+        when.query_param.is_some(),
+        when.body_field.is_some(),
+        when.always == Some(true),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if chosen != 1 {
+        c.error_at_key(path, "say one of `header`, `query_param`, `body_field` or `always: true`");
+        return None;
+    }
+    Some(match (&when.header, &when.query_param, &when.body_field) {
+        (Some(header), _, _) => match equals {
+            Some(value) => Condition::HeaderEquals(header.clone(), value),
+            None => Condition::HeaderPresent(header.clone()),
+        },
+        (_, Some(param), _) => {
+            if equals.is_some() {
+                c.error_at_key(path, "`equals` goes with `header` or `body_field`");
+            }
+            Condition::QueryParam(param.clone())
+        }
+        (_, _, Some(pointer)) => {
+            check_pointer(c, &join(path, &path!["body_field"]), pointer);
+            let Some(value) = equals else {
+                c.error_at_key(path, "`body_field` needs `equals`, the value it must have");
+                return None;
+            };
+            Condition::BodyField(pointer.clone(), value)
+        }
+        _ => Condition::Always,
+    })
+}
+
+fn join(base: &[PathSegment], tail: &[PathSegment]) -> Vec<PathSegment> {
+    [base, tail].concat()
+}
+
+fn header_ref(c: &mut Checker<'_>, path: &[PathSegment], names: &HeaderNames) -> HeaderRef {
+    let names = names.names();
+    if names.is_empty() {
+        c.error(path, "no header name given");
+    }
+    for name in &names {
+        if !valid_header_name(name) {
+            c.error(path, format!("`{name}` is not a valid header name"));
+        }
+    }
+    HeaderRef { names }
+}
+
+fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>) -> Option<Spec> {
+    let at = |field: &str| -> Vec<PathSegment> { [base.to_vec(), vec![field.into()]].concat() };
+    // Every field is checked even after one fails, so one run reports every mistake; the
+    // rule is built only if none did.
+    let mut failed = false;
+    let algorithm = match spec.algorithm {
+        None => {
+            c.error_at_key(base, "`scheme: custom` needs `algorithm`").hint = Some(
+                "e.g. `hmac-sha256`, `hmac-sha1`, `digest-sha256`, `ecdsa-p256-sha256`".into(),
+            );
+            failed = true;
+            Algorithm::HmacSha256
+        }
+        Some(algorithm) => match algorithm {
+            SignatureAlgorithm::HmacSha1 => Algorithm::HmacSha1,
+            SignatureAlgorithm::HmacSha256 => Algorithm::HmacSha256,
+            SignatureAlgorithm::HmacSha512 => Algorithm::HmacSha512,
+            SignatureAlgorithm::DigestSha256 => Algorithm::DigestSha256,
+            SignatureAlgorithm::SharedSecret => Algorithm::SharedSecret,
+            SignatureAlgorithm::EcdsaP256Sha256 => Algorithm::EcdsaP256Sha256,
+            SignatureAlgorithm::RsaSha1 => Algorithm::RsaSha1,
+            SignatureAlgorithm::RsaSha256 => Algorithm::RsaSha256,
+            short @ (SignatureAlgorithm::Sha1
+            | SignatureAlgorithm::Sha256
+            | SignatureAlgorithm::Sha512) => {
+                let name = match short {
+                    SignatureAlgorithm::Sha1 => "sha1",
+                    SignatureAlgorithm::Sha256 => "sha256",
+                    _ => "sha512",
+                };
+                c.error(&at("algorithm"), format!("`{name}` is ambiguous in `scheme: custom`"))
+                    .hint = Some(format!(
+                    "say `hmac-{name}`, or `digest-sha256` for a plain hash of secret and content"
+                ));
+                failed = true;
+                Algorithm::HmacSha256
+            }
+        },
+    };
+    let (signature_source, fields) = match (spec.header, spec.body_field) {
+        (Some(_), Some(_)) | (None, None) => {
+            c.error_at_key(base, "say where the signature is: `header` or `body_field`");
+            failed = true;
+            (SignatureSource::Header(HeaderRef::one("")), None)
+        }
+        (None, Some(pointer)) => {
+            check_pointer(c, &at("body_field"), pointer);
+            if spec.fields.is_some() {
+                c.error_at_key(&at("fields"), "`fields` needs a signature `header`");
+            }
+            (SignatureSource::BodyField(pointer.clone()), None)
+        }
+        (Some(names), None) => {
+            let header = header_ref(c, &at("header"), names);
+            match spec.fields {
+                None => {
+                    if spec.signature_field.is_some() {
+                        c.error_at_key(&at("signature_field"), "`signature_field` needs `fields`");
                     }
-                    SignedContent::Body
+                    (SignatureSource::Header(header), None)
                 }
-                SignedPart::TimestampBody => {
-                    let Some(timestamp_header) = signature.timestamp_header.clone() else {
-                        c.error_at_key(
-                            &path!["signature", "signed"],
-                            "`signed: timestamp_body` needs `timestamp_header`",
-                        );
-                        return None;
+                Some(fields) => {
+                    let fields_at = at("fields");
+                    let separator =
+                        one_char(c, &join(&fields_at, &path!["separator"]), &fields.separator)
+                            .unwrap_or_else(|| {
+                                failed = true;
+                                ','
+                            });
+                    let assign = match &fields.assign {
+                        Some(assign) => one_char(c, &join(&fields_at, &path!["assign"]), assign)
+                            .unwrap_or_else(|| {
+                                failed = true;
+                                '='
+                            }),
+                        None => '=',
                     };
-                    SignedContent::TimestampAndBody {
-                        timestamp_header,
-                        separator: signature.separator.clone().unwrap_or_else(|| ".".into()),
+                    if separator == assign {
+                        c.error(
+                            &join(&fields_at, &path!["assign"]),
+                            "`assign` must differ from `separator`",
+                        );
                     }
+                    let name = spec.signature_field.cloned().unwrap_or_else(|| {
+                        c.error_at_key(
+                            &fields_at,
+                            "`fields` needs `signature_field`, the name of the signature fields",
+                        );
+                        failed = true;
+                        String::new()
+                    });
+                    let fields = Fields { separator, assign };
+                    (SignatureSource::Field { header, fields: fields.clone(), name }, Some(fields))
+                }
+            }
+        }
+    };
+    let timestamp = match spec.timestamp {
+        None => None,
+        Some(ts) => {
+            let ts_at = at("timestamp");
+            let source = match (&ts.header, &ts.field) {
+                (Some(names), None) => {
+                    TimestampSource::Header(header_ref(c, &join(&ts_at, &path!["header"]), names))
+                }
+                (None, Some(field)) => {
+                    if fields.is_none() {
+                        c.error(
+                            &join(&ts_at, &path!["field"]),
+                            "a timestamp `field` needs the signature header's `fields`",
+                        );
+                    }
+                    TimestampSource::Field(field.clone())
+                }
+                _ => {
+                    c.error_at_key(&ts_at, "say either `header` or `field`, not both or neither");
+                    failed = true;
+                    TimestampSource::Field(String::new())
                 }
             };
-            Scheme::Hmac(GenericHmac {
-                header,
-                prefix: signature.prefix.clone().unwrap_or_default(),
-                algorithm: match signature.algorithm.unwrap_or(HashAlgorithm::Sha256) {
-                    HashAlgorithm::Sha256 => Algorithm::Sha256,
-                    HashAlgorithm::Sha512 => Algorithm::Sha512,
+            Some(TimestampSpec {
+                source,
+                format: match ts.format.unwrap_or(TimestampFormatName::Unix) {
+                    TimestampFormatName::Unix => TimestampFormat::UnixSeconds,
+                    TimestampFormatName::UnixMs => TimestampFormat::UnixMillis,
+                    TimestampFormatName::Rfc3339 => TimestampFormat::Rfc3339,
                 },
-                encoding: match signature.encoding.unwrap_or(DigestEncoding::Hex) {
-                    DigestEncoding::Hex => Encoding::Hex,
-                    DigestEncoding::Base64 => Encoding::Base64,
+                rule: match ts.rule.unwrap_or(TimestampRuleName::BothWays) {
+                    TimestampRuleName::BothWays => TimestampRule::InclusiveBothWays,
+                    TimestampRuleName::StrictPast => TimestampRule::StrictPastInclusiveFuture,
+                    TimestampRuleName::PastOnly => TimestampRule::PastOnly,
                 },
-                signed,
             })
         }
     };
-    if signature.tolerance.is_some()
-        && scheme.timestamp_rule() == hookgate_verify::TimestampRule::None
-    {
-        let span = c.doc.key_span(&path!["signature", "tolerance"]);
-        let message =
-            format!("`{}` signs no timestamp, so `tolerance` has no effect", name.as_str());
-        c.diagnostics.push(Diagnostic::warning(c.file, span, message));
+    let message = match spec.message {
+        Some(parts) => {
+            let mut out = Vec::with_capacity(parts.len());
+            for (i, part) in parts.iter().enumerate() {
+                out.push(match part {
+                    MessagePart::Body => Part::Body,
+                    MessagePart::Timestamp => Part::Timestamp,
+                    MessagePart::Method => Part::Method,
+                    MessagePart::Url => Part::Url,
+                    MessagePart::FormSorted => Part::FormSorted,
+                    MessagePart::Secret => Part::Secret,
+                    MessagePart::Literal(text) => Part::Literal(text.clone()),
+                    MessagePart::Header(names) => {
+                        Part::Header(header_ref(c, &join(&at("message"), &path![i]), names))
+                    }
+                    MessagePart::BodyFields(names) => Part::BodyFields(names.clone()),
+                });
+            }
+            out
+        }
+        None if algorithm == Algorithm::SharedSecret => Vec::new(),
+        None => {
+            c.error_at_key(base, "`scheme: custom` needs `message`, what is signed").hint =
+                Some("e.g. `message: [timestamp, { literal: \".\" }, body]`".into());
+            failed = true;
+            Vec::new()
+        }
+    };
+    let key_format = match spec.key_format {
+        Some(KeyFormatName::Raw) => KeyFormat::Raw,
+        Some(KeyFormatName::Whsec) => KeyFormat::Whsec,
+        Some(KeyFormatName::PublicKey) => KeyFormat::PublicKey,
+        Some(KeyFormatName::Certificate) => KeyFormat::Certificate,
+        None => match algorithm {
+            Algorithm::EcdsaP256Sha256 => KeyFormat::PublicKey,
+            Algorithm::RsaSha1 | Algorithm::RsaSha256 => KeyFormat::Certificate,
+            _ => KeyFormat::Raw,
+        },
+    };
+    let fits = match key_format {
+        KeyFormat::PublicKey => algorithm == Algorithm::EcdsaP256Sha256,
+        KeyFormat::Certificate => matches!(algorithm, Algorithm::RsaSha1 | Algorithm::RsaSha256),
+        KeyFormat::Raw | KeyFormat::Whsec => !algorithm.is_public_key(),
+    };
+    if !fits {
+        c.error(&at("key_format"), format!("{} cannot use this key format", algorithm.name())).hint =
+            Some("`public_key` goes with `ecdsa-p256-sha256`, `certificate` with `rsa-*`, `raw` and `whsec` with the others".into());
     }
-    Some(scheme)
+    let spec = Spec {
+        algorithm,
+        key_format,
+        signature: signature_source,
+        prefix: spec.prefix.cloned().unwrap_or_default(),
+        encoding: encoding_of(spec.encoding.unwrap_or(if algorithm.is_public_key() {
+            DigestEncoding::Base64
+        } else {
+            DigestEncoding::Hex
+        })),
+        timestamp,
+        message,
+        require_body: spec.require_body.unwrap_or(false),
+        body_digest_param: spec.body_digest_param.cloned(),
+    };
+    if failed {
+        return None;
+    }
+    let problems = Scheme::single("custom", spec.clone()).problems();
+    let problem_at = if spec.message.is_empty() { base.to_vec() } else { at("message") };
+    for problem in &problems {
+        c.error_at_key(&problem_at, problem.clone());
+    }
+    problems.is_empty().then_some(spec)
 }
 
 fn valid_header_name(name: &str) -> bool {
@@ -691,65 +1219,85 @@ fn kind_restrictions(kind: ConnectorKind, target: &Target) -> Vec<(&'static str,
     problems
 }
 
-/// What a provider preset fills in.
-struct Preset {
+/// What a provider fills in besides its scheme.
+struct ProviderDefaults {
     scheme: SchemeName,
     key: ValueSource,
     event_type: Option<ValueSource>,
     scope: Option<&'static str>,
 }
 
-impl Preset {
-    fn of(provider: Provider) -> Preset {
+impl ProviderDefaults {
+    fn of(provider: Provider) -> ProviderDefaults {
         let header = |h: &str| ValueSource::Header(h.to_owned());
         let pointer = |p: &str| ValueSource::Pointer(p.to_owned());
-        match provider {
-            Provider::Github => Preset {
-                scheme: SchemeName::Github,
-                key: header("X-GitHub-Delivery"),
-                event_type: Some(header("X-GitHub-Event")),
-                scope: None,
-            },
-            Provider::Stripe => Preset {
-                scheme: SchemeName::Stripe,
-                key: pointer("/id"),
-                event_type: Some(pointer("/type")),
-                scope: None,
-            },
-            Provider::StandardWebhooks => Preset {
-                scheme: SchemeName::StandardWebhooks,
-                key: header("webhook-id"),
-                event_type: Some(pointer("/type")),
-                scope: None,
-            },
-            Provider::Svix => Preset {
-                scheme: SchemeName::Svix,
-                key: header("svix-id"),
-                event_type: Some(pointer("/type")),
-                scope: None,
-            },
-            Provider::Shopify => Preset {
-                scheme: SchemeName::Shopify,
-                key: header("X-Shopify-Webhook-Id"),
-                event_type: Some(header("X-Shopify-Topic")),
-                scope: Some("{{ headers['x-shopify-shop-domain'] }}"),
-            },
-            Provider::Slack => Preset {
-                scheme: SchemeName::Slack,
-                key: pointer("/event_id"),
-                event_type: Some(pointer("/event/type")),
-                scope: Some("{{ payload.team_id }}"),
-            },
+        let template = |t: &str| ValueSource::Template(t.to_owned());
+        // Svix and Standard Webhooks senders may send either header family; the key is read
+        // from the one verification read.
+        let standard_id =
+            "{{ headers['svix-id'] if 'svix-id' in headers else headers['webhook-id'] }}";
+        let (key, event_type, scope) = match provider.0 {
+            Preset::Github => (header("X-GitHub-Delivery"), Some(header("X-GitHub-Event")), None),
+            Preset::Stripe => (pointer("/id"), Some(pointer("/type")), None),
+            Preset::StandardWebhooks | Preset::Svix => {
+                (template(standard_id), Some(pointer("/type")), None)
+            }
+            // Auth hooks carry no type; the pipeline names its hook.
+            Preset::SupabaseAuth => (template(standard_id), None, None),
+            Preset::Shopify => (
+                header("X-Shopify-Webhook-Id"),
+                Some(header("X-Shopify-Topic")),
+                Some("{{ headers['x-shopify-shop-domain'] }}"),
+            ),
+            Preset::Slack => {
+                (pointer("/event_id"), Some(pointer("/event/type")), Some("{{ payload.team_id }}"))
+            }
             // HubSpot batches several events in one array and sends no delivery id header.
-            Provider::Hubspot => Preset {
-                scheme: SchemeName::HubspotV3,
-                key: ValueSource::BodySha256,
-                event_type: Some(ValueSource::Template(
-                    "{{ payload[0].subscriptionType }}".to_owned(),
-                )),
-                scope: Some("{{ payload[0].portalId }}"),
-            },
-        }
+            Preset::Hubspot | Preset::HubspotV3 => (
+                ValueSource::BodySha256,
+                Some(template("{{ payload[0].subscriptionType }}")),
+                Some("{{ payload[0].portalId }}"),
+            ),
+            // Twilio sends a per-request idempotency token, stable across its retries.
+            Preset::Twilio => (
+                header("I-Twilio-Idempotency-Token"),
+                None,
+                Some("{{ payload.AccountSid | default('') }}"),
+            ),
+            // SendGrid posts a batch of events (an array) and retries the batch whole.
+            Preset::Sendgrid => {
+                (ValueSource::BodySha256, Some(template("{{ payload[0].event }}")), None)
+            }
+            Preset::Paddle => (pointer("/event_id"), Some(pointer("/event_type")), None),
+            Preset::Square => {
+                (pointer("/event_id"), Some(pointer("/type")), Some("{{ payload.merchant_id }}"))
+            }
+            Preset::Zendesk => {
+                (pointer("/id"), Some(pointer("/type")), Some("{{ payload.account_id }}"))
+            }
+            Preset::Intercom => {
+                (pointer("/id"), Some(pointer("/topic")), Some("{{ payload.app_id }}"))
+            }
+            // Calendly sends no event id: an event is its kind and the resource it is about.
+            Preset::Calendly => (
+                template("{{ payload.event }} {{ payload.payload.uri }}"),
+                Some(pointer("/event")),
+                None,
+            ),
+            // Database webhooks carry no id; a row change is its body.
+            Preset::SupabaseDatabase => (
+                ValueSource::BodySha256,
+                Some(pointer("/type")),
+                Some("{{ payload.schema }}.{{ payload.table }}"),
+            ),
+            Preset::EventbridgeApiKey | Preset::EventbridgeBasic => {
+                (pointer("/id"), Some(pointer("/detail-type")), Some("{{ payload.account }}"))
+            }
+            Preset::AwsSns => {
+                (pointer("/MessageId"), Some(pointer("/Type")), Some("{{ payload.TopicArn }}"))
+            }
+        };
+        ProviderDefaults { scheme: SchemeName::Preset(provider.scheme()), key, event_type, scope }
     }
 }
 
@@ -797,7 +1345,83 @@ fn position_in_scalar(node: &Node, value: &str, byte: usize) -> Pos {
     }
 }
 
+/// Where a pipeline may fetch signing keys from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFetch {
+    /// The JSON pointer of the body member that names the key's URL.
+    pub field: String,
+    /// Host name patterns; `*` is one DNS label.
+    pub hosts: Vec<String>,
+}
+
+impl KeyFetch {
+    /// Whether a key may be fetched from `url`: https (http only to a loopback host), no user
+    /// information, query or fragment, a `.pem` path, and a host one of the patterns allows.
+    pub fn allows(&self, url: &str) -> Result<(), String> {
+        let refuse =
+            |why: &str| Err(format!("key URL `{}` {why}", crate::evaluate::printable(url, 96)));
+        if url.len() > 2048 || url.chars().any(|ch| ch.is_control() || ch.is_whitespace()) {
+            return refuse("is not a plain URL");
+        }
+        let (rest, secure) = if let Some(rest) = url.strip_prefix("https://") {
+            (rest, true)
+        } else if let Some(rest) = url.strip_prefix("http://") {
+            (rest, false)
+        } else {
+            return refuse("is not https");
+        };
+        if rest.contains(['@', '\\', '?', '#']) {
+            return refuse("has user information, a query or a fragment");
+        }
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let host = match authority.rsplit_once(':') {
+            Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+                host
+            }
+            Some(_) => return refuse("has a malformed port"),
+            None => authority,
+        };
+        let host = host.to_ascii_lowercase();
+        let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]");
+        if !secure && !loopback {
+            return refuse("is not https");
+        }
+        if !path.ends_with(".pem") || path.contains("..") {
+            return refuse("does not name a `.pem` file");
+        }
+        if !self.hosts.iter().any(|pattern| host_matches(pattern, &host)) {
+            return refuse("is on a host the pipeline does not allow");
+        }
+        Ok(())
+    }
+}
+
+fn host_matches(pattern: &str, host: &str) -> bool {
+    let pattern: Vec<&str> = pattern.split('.').collect();
+    let host: Vec<&str> = host.split('.').collect();
+    pattern.len() == host.len()
+        && pattern.iter().zip(&host).all(|(p, h)| {
+            if *p == "*" {
+                !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            } else {
+                p.eq_ignore_ascii_case(h)
+            }
+        })
+}
+
 impl CompiledPipeline {
+    /// The URL a URL-signing sender signed: the pipeline's `public_url` with the query string
+    /// as received, else `received_url` (the gateway's public base, or the Host header).
+    pub fn signed_url(&self, received_url: &str) -> String {
+        match &self.public_url {
+            Some(base) => match received_url.find('?') {
+                Some(at) => format!("{base}{}", &received_url[at..]),
+                None => base.clone(),
+            },
+            None => received_url.to_owned(),
+        }
+    }
+
     pub fn span_of_name(&self) -> Span {
         Span { start: self.name_pos, end: self.name_pos }
     }

@@ -182,7 +182,6 @@ impl fmt::Debug for Context {
 
 impl Context {
     pub fn new(delivery: &Delivery<'_>) -> Context {
-        let payload = serde_json::from_slice(delivery.body).map_err(|e| e.to_string());
         let mut headers = BTreeMap::new();
         let mut repeated_headers = BTreeSet::new();
         for (name, value) in delivery.headers {
@@ -195,6 +194,15 @@ impl Context {
             }
         }
         let body = std::str::from_utf8(delivery.body).ok().map(str::to_owned);
+        let is_form = headers.get("content-type").is_some_and(|value| {
+            let media_type = value.split(';').next().unwrap_or("").trim();
+            media_type.eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        });
+        let payload = if is_form {
+            Ok(form_payload(delivery.body))
+        } else {
+            serde_json::from_slice(delivery.body).map_err(|e| e.to_string())
+        };
         Context { payload, headers, repeated_headers, body, event: None }
     }
 
@@ -443,6 +451,26 @@ impl CompiledPipeline {
         check_length(what, &rendered, RENDERED_BYTES_MAX)?;
         Ok(rendered)
     }
+}
+
+/// An `application/x-www-form-urlencoded` body as a payload: an object of decoded names to
+/// decoded values; a name sent more than once maps to its values in the order sent.
+pub fn form_payload(body: &[u8]) -> serde_json::Value {
+    let mut object = serde_json::Map::new();
+    for (name, value) in form_urlencoded::parse(body) {
+        let value = serde_json::Value::String(value.into_owned());
+        match object.get_mut(name.as_ref()) {
+            None => {
+                object.insert(name.into_owned(), value);
+            }
+            Some(serde_json::Value::Array(values)) => values.push(value),
+            Some(first) => {
+                let first = first.take();
+                object.insert(name.into_owned(), serde_json::Value::Array(vec![first, value]));
+            }
+        }
+    }
+    serde_json::Value::Object(object)
 }
 
 /// The hex SHA-256 of a body: the `body_sha256` key and the default fingerprint.

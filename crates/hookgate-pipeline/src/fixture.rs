@@ -40,10 +40,32 @@ pub struct FixtureRequest {
     /// Header name to value, exactly as sent.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// More headers, in order, after `headers`: a name may repeat here, so a header sent
+    /// twice can be tested.
+    #[serde(default)]
+    pub header_list: Vec<FixtureHeader>,
     /// The raw body, byte for byte, in a file beside this fixture.
     pub body_file: String,
     /// The clock to verify at, RFC 3339.
     pub now: String,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FixtureHeader {
+    pub name: String,
+    pub value: String,
+}
+
+impl FixtureRequest {
+    /// Every header, `headers` first, then `header_list` in order.
+    pub fn all_headers(&self) -> Vec<(String, Vec<u8>)> {
+        self.headers
+            .iter()
+            .map(|(n, v)| (n.clone(), v.as_bytes().to_vec()))
+            .chain(self.header_list.iter().map(|h| (h.name.clone(), h.value.as_bytes().to_vec())))
+            .collect()
+    }
 }
 
 fn default_method() -> String {
@@ -58,9 +80,13 @@ fn default_url() -> String {
 pub struct Expectation {
     pub signature: SignatureVerdict,
     /// For an invalid signature: the rejection code (`missing_header`, `malformed_header`,
-    /// `signature_mismatch`, `timestamp_too_old`, `timestamp_too_new`, `empty_body`).
+    /// `signature_mismatch`, `timestamp_too_old`, `timestamp_too_new`, `empty_body`,
+    /// `malformed_body`, `unsupported_version`, `body_digest_mismatch`).
     #[serde(default)]
     pub rejection: Option<String>,
+    /// For an invalid signature: text the rejection's reason must contain.
+    #[serde(default)]
+    pub reason: Option<String>,
     /// For a valid signature whose event cannot be derived: text the error must contain.
     #[serde(default)]
     pub error: Option<String>,
@@ -170,14 +196,9 @@ impl Fixture {
                     return out;
                 }
             };
-        let headers: Vec<(String, Vec<u8>)> =
-            self.request.headers.iter().map(|(n, v)| (n.clone(), v.as_bytes().to_vec())).collect();
-        let request = Request {
-            method: &self.request.method,
-            url: &self.request.url,
-            headers: &headers,
-            body,
-        };
+        let headers = self.request.all_headers();
+        let url = pipeline.signed_url(&self.request.url);
+        let request = Request { method: &self.request.method, url: &url, headers: &headers, body };
         let expect = &self.expect;
         match (verifier.verify(&request, now), expect.signature) {
             (Ok(_), SignatureVerdict::Valid) => {}
@@ -205,6 +226,14 @@ impl Fixture {
                             "expected rejection `{code}`, got `{}` ({rejection})",
                             rejection.code()
                         ),
+                    );
+                }
+                if let Some(reason) = &expect.reason
+                    && !rejection.to_string().contains(reason.as_str())
+                {
+                    mismatch(
+                        &path!["expect", "reason"],
+                        format!("expected the rejection to say `{reason}`, it says `{rejection}`"),
                     );
                 }
                 return out;

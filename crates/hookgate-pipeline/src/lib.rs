@@ -23,7 +23,8 @@ mod check;
 mod de;
 
 pub use check::{
-    CompiledOrdering, CompiledPipeline, CompiledSource, CompiledTarget, Instances, TemplateName,
+    CompiledOrdering, CompiledPipeline, CompiledSource, CompiledTarget, Instances, KeyFetch,
+    TemplateName,
 };
 pub use diagnostic::{Diagnostic, Pos, Severity, Span};
 

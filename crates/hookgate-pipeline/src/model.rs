@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use std::sync::LazyLock;
+
+use hookgate_verify::Preset;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
@@ -27,6 +30,12 @@ pub struct Pipeline {
     pub provider: Option<Provider>,
     /// How deliveries are authenticated. Verified over the raw body before anything is parsed.
     pub signature: SignatureConfig,
+    /// The URL the sender is configured to call, without query string, e.g.
+    /// `https://hooks.example.com/hooks/twilio`. Schemes that sign the URL (Twilio, Square,
+    /// HubSpot) verify against it, with the query string as received appended. Without it,
+    /// the gateway's `--public-url` plus the request path is used, else the Host header.
+    #[serde(default)]
+    pub public_url: Option<String>,
     /// Where the sender's stable event id comes from. Deliveries with the same scoped key are
     /// the same event.
     #[serde(default)]
@@ -63,42 +72,89 @@ fn default_retention() -> HumanDuration {
     HumanDuration(Duration::from_secs(30 * 24 * 3600))
 }
 
-/// Senders whose contract hookgate knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Provider {
-    Github,
-    Stripe,
-    StandardWebhooks,
-    Svix,
-    Shopify,
-    Slack,
-    Hubspot,
+/// A sender whose contract hookgate knows: any preset but `hubspot-v3`, since
+/// `provider: hubspot` already means HubSpot's v3 signatures (the safe default; the `hubspot`
+/// scheme, which also takes v1 and v2, is chosen with `signature.scheme`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Provider(pub Preset);
+
+impl Provider {
+    /// The scheme the provider verifies with.
+    pub fn scheme(self) -> Preset {
+        match self.0 {
+            Preset::Hubspot => Preset::HubspotV3,
+            preset => preset,
+        }
+    }
+}
+
+static PROVIDER_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    Preset::ALL.iter().map(|p| p.name()).filter(|name| *name != "hubspot-v3").collect()
+});
+
+static SCHEME_NAMES: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| Preset::ALL.iter().map(|p| p.name()).chain(["hmac", "custom"]).collect());
+
+/// Deserialises a name from a fixed list, reporting an unknown one with its alternatives.
+fn named<'de, D: Deserializer<'de>, T>(
+    deserializer: D,
+    names: &'static [&'static str],
+    from: impl Fn(&str) -> Option<T>,
+) -> Result<T, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    from(&text).ok_or_else(|| serde::de::Error::unknown_variant(&text, names))
+}
+
+fn names_schema(names: &[&str], description: &str) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "enum": names, "description": description })
+}
+
+impl<'de> Deserialize<'de> for Provider {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Provider, D::Error> {
+        named(deserializer, PROVIDER_NAMES.as_slice(), |name| {
+            Preset::from_name(name).filter(|p| *p != Preset::HubspotV3).map(Provider)
+        })
+    }
+}
+
+impl JsonSchema for Provider {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Provider".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        names_schema(
+            &PROVIDER_NAMES,
+            "A sender whose signature, key, type and scope hookgate knows.",
+        )
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SignatureConfig {
-    /// The signing scheme. May be left out when `provider` is set.
+    /// The signing scheme: a sender preset, `hmac` (a one-header HMAC, in short) or `custom`
+    /// (the signature language, written out). May be left out when `provider` is set.
     #[serde(default)]
     pub scheme: Option<SchemeName>,
     /// Secrets to verify with. Any may match, so list the new one and the old one while
-    /// rotating.
+    /// rotating. For public-key schemes these are the sender's public keys or certificates.
     pub secrets: Vec<SecretRef>,
     /// Accepted clock difference for timestamped schemes, e.g. `5m` (the default).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub tolerance: Option<HumanDuration>,
-    /// `hmac` only: the header carrying the signature.
+    /// `hmac`, `custom`: the header carrying the signature (`custom`: or a list of names, the
+    /// first present of which is read).
     #[serde(default)]
-    pub header: Option<String>,
-    /// `hmac` only: text before the encoded digest, e.g. `sha256=`.
+    pub header: Option<HeaderNames>,
+    /// `hmac`, `custom`: text before the encoded signature, e.g. `sha256=`.
     #[serde(default)]
     pub prefix: Option<String>,
-    /// `hmac` only: the hash function.
+    /// `hmac`: the hash function. `custom`: the whole algorithm (`hmac-sha256`, …).
     #[serde(default)]
-    pub algorithm: Option<HashAlgorithm>,
-    /// `hmac` only: how the digest is encoded.
+    pub algorithm: Option<SignatureAlgorithm>,
+    /// `hmac`, `custom`: how the signature is encoded.
     #[serde(default)]
     pub encoding: Option<DigestEncoding>,
     /// `hmac` only: what is signed.
@@ -110,42 +166,196 @@ pub struct SignatureConfig {
     /// `hmac` with `signed: timestamp_body`: what joins timestamp and body (default `.`).
     #[serde(default)]
     pub separator: Option<String>,
+    /// `custom`: the signature header holds named fields, e.g. `t=…,v1=…`.
+    #[serde(default)]
+    pub fields: Option<FieldsConfig>,
+    /// `custom` with `fields`: the name of the fields holding signatures (any may match).
+    #[serde(default)]
+    pub signature_field: Option<String>,
+    /// `custom`: the signature is this member of the JSON body (a JSON pointer), not a header.
+    #[serde(default)]
+    pub body_field: Option<String>,
+    /// `custom`: where the signed timestamp is and how it is read.
+    #[serde(default)]
+    pub timestamp: Option<TimestampConfig>,
+    /// `custom`: what is signed, in order.
+    #[serde(default)]
+    pub message: Option<Vec<MessagePart>>,
+    /// `custom`: how secrets are read (default `raw`, or what the algorithm needs).
+    #[serde(default)]
+    pub key_format: Option<KeyFormatName>,
+    /// `custom`: the signed URL carries a hex SHA-256 of the body in this query parameter,
+    /// which must match the body (Twilio's `bodySHA256`).
+    #[serde(default)]
+    pub body_digest_param: Option<String>,
+    /// `custom`: an empty body is refused before anything else.
+    #[serde(default)]
+    pub require_body: Option<bool>,
+    /// `custom`: a JSON pointer to the body member naming where the signing key can be
+    /// fetched (see `fetch_keys`).
+    #[serde(default)]
+    pub key_url_field: Option<String>,
+    /// Fetch signing keys (certificates) from the URL the delivery names, only from these
+    /// hosts, over https, and keep them for a day (AWS SNS: `fetch_keys: {}` allows
+    /// `sns.*.amazonaws.com` and `sns.*.amazonaws.com.cn`). `secrets` may then be empty.
+    #[serde(default)]
+    pub fetch_keys: Option<FetchKeysConfig>,
+    /// `custom`: several rules, each with a `when`; the first whose `when` holds verifies the
+    /// request, and a request none fits is refused as an unsupported signature version.
+    /// Each variant takes the fields above; they are not given beside `variants`.
+    #[serde(default)]
+    pub variants: Option<Vec<VariantConfig>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
+/// Where signing keys may be fetched from.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FetchKeysConfig {
+    /// Host names keys may come from; `*` stands for one DNS label, e.g.
+    /// `sns.*.amazonaws.com`. Plain http is allowed only to loopback hosts (tests).
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
+}
+
+/// One header name, or several of which the first present is used.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum HeaderNames {
+    One(String),
+    FirstOf(Vec<String>),
+}
+
+impl HeaderNames {
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            HeaderNames::One(name) => vec![name.clone()],
+            HeaderNames::FirstOf(names) => names.clone(),
+        }
+    }
+}
+
+/// One rule of a `custom` scheme with several.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VariantConfig {
+    /// When this rule applies.
+    pub when: ConditionConfig,
+    #[serde(default)]
+    pub header: Option<HeaderNames>,
+    #[serde(default)]
+    pub prefix: Option<String>,
+    #[serde(default)]
+    pub algorithm: Option<SignatureAlgorithm>,
+    #[serde(default)]
+    pub encoding: Option<DigestEncoding>,
+    #[serde(default)]
+    pub fields: Option<FieldsConfig>,
+    #[serde(default)]
+    pub signature_field: Option<String>,
+    #[serde(default)]
+    pub body_field: Option<String>,
+    #[serde(default)]
+    pub timestamp: Option<TimestampConfig>,
+    #[serde(default)]
+    pub message: Option<Vec<MessagePart>>,
+    #[serde(default)]
+    pub key_format: Option<KeyFormatName>,
+    #[serde(default)]
+    pub body_digest_param: Option<String>,
+    #[serde(default)]
+    pub require_body: Option<bool>,
+}
+
+/// When a variant applies: a header (present, or `equals` a value), a query parameter of the
+/// URL, or a member of the JSON body that `equals` a value. `always: true` matches anything.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionConfig {
+    #[serde(default)]
+    pub header: Option<String>,
+    #[serde(default)]
+    pub query_param: Option<String>,
+    #[serde(default)]
+    pub body_field: Option<String>,
+    #[serde(default)]
+    pub equals: Option<String>,
+    #[serde(default)]
+    pub always: Option<bool>,
+}
+
+/// A signing scheme: a sender preset, `hmac` (one header, in short) or `custom` (written out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchemeName {
-    Github,
-    Stripe,
-    StandardWebhooks,
-    /// Svix signs exactly as Standard Webhooks does.
-    Svix,
-    Shopify,
-    Slack,
-    HubspotV3,
+    Preset(Preset),
     Hmac,
+    Custom,
 }
 
 impl SchemeName {
     pub fn as_str(self) -> &'static str {
         match self {
-            SchemeName::Github => "github",
-            SchemeName::Stripe => "stripe",
-            SchemeName::StandardWebhooks => "standard-webhooks",
-            SchemeName::Svix => "svix",
-            SchemeName::Shopify => "shopify",
-            SchemeName::Slack => "slack",
-            SchemeName::HubspotV3 => "hubspot-v3",
+            SchemeName::Preset(preset) => preset.name(),
             SchemeName::Hmac => "hmac",
+            SchemeName::Custom => "custom",
         }
     }
 }
 
+impl<'de> Deserialize<'de> for SchemeName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<SchemeName, D::Error> {
+        named(deserializer, SCHEME_NAMES.as_slice(), |name| match name {
+            "hmac" => Some(SchemeName::Hmac),
+            "custom" => Some(SchemeName::Custom),
+            other => Preset::from_name(other).map(SchemeName::Preset),
+        })
+    }
+}
+
+impl JsonSchema for SchemeName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SchemeName".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        names_schema(
+            &SCHEME_NAMES,
+            "A sender preset, `hmac` (one header carrying an HMAC, in short) or `custom` (the signature language written out).",
+        )
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum HashAlgorithm {
+pub enum SignatureAlgorithm {
+    /// `hmac` only: HMAC-SHA1.
+    #[serde(rename = "sha1")]
+    Sha1,
+    /// `hmac` only: HMAC-SHA256.
+    #[serde(rename = "sha256")]
     Sha256,
+    /// `hmac` only: HMAC-SHA512.
+    #[serde(rename = "sha512")]
     Sha512,
+    #[serde(rename = "hmac-sha1")]
+    HmacSha1,
+    #[serde(rename = "hmac-sha256")]
+    HmacSha256,
+    #[serde(rename = "hmac-sha512")]
+    HmacSha512,
+    /// A plain SHA-256 of the message, which signs `secret` in it (HubSpot v1/v2).
+    #[serde(rename = "digest-sha256")]
+    DigestSha256,
+    /// The header carries the secret itself (an API-key or basic-auth header).
+    #[serde(rename = "shared-secret")]
+    SharedSecret,
+    /// ECDSA P-256 with SHA-256; secrets are public keys (base64 DER or PEM).
+    #[serde(rename = "ecdsa-p256-sha256")]
+    EcdsaP256Sha256,
+    /// RSA PKCS#1 v1.5 with SHA-1; secrets are X.509 certificates (PEM).
+    #[serde(rename = "rsa-sha1")]
+    RsaSha1,
+    /// RSA PKCS#1 v1.5 with SHA-256; secrets are X.509 certificates (PEM).
+    #[serde(rename = "rsa-sha256")]
+    RsaSha256,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -153,6 +363,8 @@ pub enum HashAlgorithm {
 pub enum DigestEncoding {
     Hex,
     Base64,
+    /// The value as sent (a shared-secret header).
+    Text,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -162,6 +374,95 @@ pub enum SignedPart {
     Body,
     /// The timestamp header's value, the separator, then the raw body.
     TimestampBody,
+}
+
+/// A structured signature header: fields split by `separator`, name and value by `assign`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FieldsConfig {
+    /// Between fields, e.g. `,` (Stripe), `;` (Paddle) or a space (Standard Webhooks).
+    pub separator: String,
+    /// Between a field's name and its value: `=` (the default) or `,`.
+    #[serde(default)]
+    pub assign: Option<String>,
+}
+
+/// Where the signed timestamp is.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TimestampConfig {
+    /// A header of its own (or a list of names, the first present of which is read).
+    #[serde(default)]
+    pub header: Option<HeaderNames>,
+    /// A field of the (structured) signature header, e.g. `t`.
+    #[serde(default)]
+    pub field: Option<String>,
+    /// How it is written (default `unix`).
+    #[serde(default)]
+    pub format: Option<TimestampFormatName>,
+    /// Which edges of the tolerance window hold (default `both_ways`).
+    #[serde(default)]
+    pub rule: Option<TimestampRuleName>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TimestampFormatName {
+    /// Unix seconds.
+    Unix,
+    /// Unix milliseconds.
+    UnixMs,
+    /// RFC 3339, e.g. `2024-01-15T10:00:00Z`.
+    Rfc3339,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TimestampRuleName {
+    /// Older or newer than the tolerance is refused; exactly the tolerance passes.
+    BothWays,
+    /// Exactly the tolerance old is refused already (HubSpot's rule).
+    StrictPast,
+    /// Only age counts.
+    PastOnly,
+}
+
+/// One piece of the signed message.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum MessagePart {
+    /// The raw body.
+    Body,
+    /// The timestamp, exactly as sent.
+    Timestamp,
+    /// The HTTP method (`POST`).
+    Method,
+    /// The public URL the sender called, with its query string.
+    Url,
+    /// Form parameters sorted by name, each name then value, decoded (Twilio).
+    FormSorted,
+    /// The secret itself (for `digest-sha256`).
+    Secret,
+    /// Fixed text.
+    Literal(String),
+    /// A header's value.
+    Header(HeaderNames),
+    /// For each of these names the JSON body has as a string member: name, newline, value,
+    /// newline (AWS SNS's canonical message).
+    BodyFields(Vec<String>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyFormatName {
+    /// The secret's bytes as configured.
+    Raw,
+    /// Base64 after an optional `whsec_` (Standard Webhooks).
+    Whsec,
+    /// An ECDSA P-256 public key, base64 DER or PEM.
+    PublicKey,
+    /// An X.509 certificate, PEM.
+    Certificate,
 }
 
 /// A reference to a secret. Secrets are never written in configuration files.

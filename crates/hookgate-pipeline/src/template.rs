@@ -27,6 +27,14 @@ pub fn environment() -> Environment<'static> {
     env.set_fuel(Some(FUEL_MAX));
     env.set_recursion_limit(RECURSION_MAX);
     env.add_filter("sha256", |value: String| hex::encode(Sha256::digest(value.as_bytes())));
+    // Form-encoding rules: `+` is a space, `%XX` a byte; invalid UTF-8 becomes U+FFFD.
+    env.add_filter("urldecode", |value: String| {
+        let decoded: String =
+            form_urlencoded::parse(format!("v={}", value.replace('&', "%26")).as_bytes())
+                .map(|(_, v)| v.into_owned())
+                .collect();
+        decoded
+    });
     // CRM fields receive JSON's spelling: `true`/`false`, and an empty value for null (minijinja
     // would write Python's `True` and `none`).
     env.set_formatter(|out, state, value| match value.kind() {

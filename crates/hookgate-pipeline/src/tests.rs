@@ -280,3 +280,35 @@ mod evaluation {
         );
     }
 }
+
+#[test]
+fn key_urls_are_allowed_only_on_https_from_listed_hosts() {
+    let fetch = crate::KeyFetch {
+        field: "/SigningCertURL".into(),
+        hosts: vec!["sns.*.amazonaws.com".into(), "127.0.0.1".into()],
+    };
+    for allowed in [
+        "https://sns.us-east-2.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem",
+        "https://SNS.eu-west-1.amazonaws.com/x.pem",
+        "http://127.0.0.1:8080/good.pem",
+    ] {
+        assert_eq!(fetch.allows(allowed), Ok(()), "{allowed}");
+    }
+    for refused in [
+        "http://sns.us-east-2.amazonaws.com/x.pem",
+        "https://sns.us-east-2.amazonaws.com.evil.example/x.pem",
+        "https://evil.example/sns.us-east-2.amazonaws.com/x.pem",
+        "https://sns.a.b.amazonaws.com/x.pem",
+        "https://sns..amazonaws.com/x.pem",
+        "https://attacker@sns.us-east-2.amazonaws.com/x.pem",
+        "https://sns.us-east-2.amazonaws.com/x.pem?x=1",
+        "https://sns.us-east-2.amazonaws.com/x.txt",
+        "https://sns.us-east-2.amazonaws.com/../x.pem",
+        "https://sns.us-east-2.amazonaws.com:x/x.pem",
+        "https://sns.us-east-2.amazonaws.com/x.pem\n",
+        "ftp://sns.us-east-2.amazonaws.com/x.pem",
+        "http://localhost/x.pem",
+    ] {
+        assert!(fetch.allows(refused).is_err(), "{refused:?} must be refused");
+    }
+}

@@ -165,7 +165,7 @@ async fn intake(
             refused(Refusal::UnknownPipeline, &printable(&pipeline, 64));
             answer(StatusCode::NOT_FOUND, json!({"status": "unknown_pipeline"}))
         }
-        IntakeOutcome::Unavailable(_) => unavailable(),
+        IntakeOutcome::Unavailable(_) | IntakeOutcome::KeyUnavailable(_) => unavailable(),
         IntakeOutcome::Failed(_) => {
             answer(StatusCode::INTERNAL_SERVER_ERROR, json!({"status": "error"}))
         }

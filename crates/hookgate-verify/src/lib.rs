@@ -5,29 +5,40 @@
 //! gets back either [`Verified`] or a [`Rejection`] that says why.
 //!
 //! # Layout
-//! - [`Scheme`]: what a pipeline declares (a sender preset or a generic HMAC description).
-//! - [`Verifier`]: a scheme bound to its decoded secrets; built once at load time, so a malformed
-//!   secret is a configuration error and never a per-request surprise.
+//! - [`Scheme`]: the signature language: where signatures and timestamps are, what is signed,
+//!   with which algorithm and encoding. [`Preset`]s are schemes written in it.
+//! - [`Verifier`]: a scheme bound to its decoded keys; built once at load time, so a malformed
+//!   secret or public key is a configuration error and never a per-request surprise.
 //! - [`Request`] and [`Clock`]: the inputs of one verification.
 //!
 //! # Rules every scheme follows
-//! - The signature is computed over the raw body bytes; nothing is parsed first.
+//! - The signature is computed over the raw body bytes; nothing is parsed first, except where
+//!   the sender signs parsed content (form parameters, AWS SNS's message members).
 //! - Header names match case-insensitively; a header sent twice is malformed, not "pick one".
-//! - A missing or malformed header is a rejection, never "allow".
-//! - Comparison is constant-time over the encoded signature ([`subtle`]).
-//! - Any configured secret may match, so secrets can be rotated without downtime.
-//! - Timestamped schemes reject a timestamp further than their tolerance in the past *or* the
-//!   future; see [`Scheme::timestamp_rule`] for each scheme's edge.
+//! - A missing or malformed header is a rejection, never "allow"; so is a structured header
+//!   with a repeated timestamp, and a signature version the scheme does not know.
+//! - Comparison is constant-time over the decoded signature ([`subtle`]).
+//! - Any configured key may match, so secrets can be rotated without downtime.
+//! - Timestamped schemes reject a timestamp further than their tolerance in the past (and, by
+//!   most rules, the future); see [`TimestampRule`].
 
+mod engine;
+mod keys;
+mod preset;
 mod scheme;
 mod secret;
 
-use base64::Engine as _;
 use hmac::{Hmac, Mac};
+use sha1::Sha1;
 use sha2::{Sha256, Sha512};
-use subtle::ConstantTimeEq;
 
-pub use scheme::{Algorithm, Encoding, GenericHmac, Scheme, SignedContent, TimestampRule};
+pub use engine::{SignError, SignInput, Signature, Verifier};
+pub use keys::PrivateKey;
+pub use preset::{Preset, SNS_SIGNED_FIELDS};
+pub use scheme::{
+    Algorithm, Condition, Encoding, Fields, HeaderRef, KeyFormat, Part, Scheme, SignatureSource,
+    Spec, TimestampFormat, TimestampRule, TimestampSource, TimestampSpec, Variant,
+};
 pub use secret::{KeyError, SecretBytes};
 
 /// The default tolerance of every timestamped preset, as their official libraries use it.
@@ -70,20 +81,34 @@ impl<'a> Request<'a> {
         }
     }
 
-    fn required_text(&self, name: &str) -> Result<&'a str, Rejection> {
-        match self.header(name) {
-            HeaderLookup::Missing => Err(Rejection::MissingHeader(name.to_owned())),
-            HeaderLookup::Repeated => Err(malformed(name, "sent more than once")),
+    /// The first of `header`'s names that is present.
+    fn pick<'h>(&self, header: &'h HeaderRef) -> &'h str {
+        header
+            .names
+            .iter()
+            .find(|name| self.header(name) != HeaderLookup::Missing)
+            .or(header.names.last())
+            .map(String::as_str)
+            .unwrap_or("")
+    }
+
+    /// The trimmed text of a header that must be present once, non-empty, UTF-8 and of a sane
+    /// length. Returns the name it was found under, for messages.
+    fn required_text(&self, header: &HeaderRef) -> Result<(&'a str, String), Rejection> {
+        let name = self.pick(header).to_owned();
+        match self.header(&name) {
+            HeaderLookup::Missing => Err(Rejection::MissingHeader(name)),
+            HeaderLookup::Repeated => Err(malformed(&name, "sent more than once")),
             HeaderLookup::Found(raw) => {
                 if raw.len() > SIGNATURE_HEADER_BYTES_MAX {
-                    return Err(malformed(name, "too long"));
+                    return Err(malformed(&name, "too long"));
                 }
-                let text = std::str::from_utf8(raw).map_err(|_| malformed(name, "not UTF-8"))?;
+                let text = std::str::from_utf8(raw).map_err(|_| malformed(&name, "not UTF-8"))?;
                 let text = text.trim();
                 if text.is_empty() {
-                    return Err(malformed(name, "empty"));
+                    return Err(malformed(&name, "empty"));
                 }
-                Ok(text)
+                Ok((text, name))
             }
         }
     }
@@ -126,6 +151,14 @@ pub enum Rejection {
     NoMatch,
     #[error("the request has an empty body")]
     EmptyBody,
+    #[error("malformed body: {0}")]
+    MalformedBody(String),
+    #[error("unsupported signature version: {0}")]
+    UnsupportedVersion(String),
+    #[error("the body does not match the `{0}` digest the signed URL carries")]
+    BodyDigestMismatch(String),
+    #[error("untrusted signing key: {0}")]
+    UntrustedKey(String),
 }
 
 impl Rejection {
@@ -138,369 +171,78 @@ impl Rejection {
             Rejection::TimestampTooNew { .. } => "timestamp_too_new",
             Rejection::NoMatch => "signature_mismatch",
             Rejection::EmptyBody => "empty_body",
+            Rejection::MalformedBody(_) => "malformed_body",
+            Rejection::UnsupportedVersion(_) => "unsupported_version",
+            Rejection::BodyDigestMismatch(_) => "body_digest_mismatch",
+            Rejection::UntrustedKey(_) => "untrusted_key",
         }
     }
 }
 
-fn malformed(header: &str, reason: &str) -> Rejection {
-    Rejection::MalformedHeader { header: header.to_owned(), reason: reason.to_owned() }
+fn malformed(header: &str, reason: impl Into<String>) -> Rejection {
+    Rejection::MalformedHeader { header: header.to_owned(), reason: reason.into() }
 }
 
 /// What a successful verification learnt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verified {
-    /// Index of the secret that matched, in configuration order: evidence for rotations.
+    /// Index of the key that matched, in configuration order: evidence for rotations.
     pub secret_index: usize,
     /// The signed timestamp, in Unix seconds, for timestamped schemes.
     pub timestamp_secs: Option<i64>,
 }
 
-/// A scheme bound to its decoded secrets.
-#[derive(Debug, Clone)]
-pub struct Verifier {
-    scheme: Scheme,
-    tolerance_secs: u32,
-    keys: Vec<SecretBytes>,
-}
-
-impl Verifier {
-    /// Decodes every secret the way the scheme's sender defines it. `tolerance_secs` overrides
-    /// the scheme's default tolerance; it has no effect on schemes without a timestamp.
-    pub fn new(
-        scheme: Scheme,
-        secrets: &[SecretBytes],
-        tolerance_secs: Option<u32>,
-    ) -> Result<Verifier, KeyError> {
-        if secrets.is_empty() {
-            return Err(KeyError::NoSecret);
-        }
-        let keys = secrets
-            .iter()
-            .enumerate()
-            .map(|(index, raw)| scheme.decode_key(raw).map_err(|e| e.at(index)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let tolerance_secs = tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS);
-        Ok(Verifier { scheme, tolerance_secs, keys })
-    }
-
-    pub fn scheme(&self) -> &Scheme {
-        &self.scheme
-    }
-
-    /// Verifies one request. Checks run in the order of the official libraries: headers
-    /// present, then timestamp window, then signature.
-    pub fn verify(&self, request: &Request<'_>, now: Clock) -> Result<Verified, Rejection> {
-        match &self.scheme {
-            Scheme::Github => {
-                self.verify_body(request, "x-hub-signature-256", "sha256=", Encoding::Hex)
-            }
-            Scheme::Shopify => {
-                if request.body.is_empty() {
-                    return Err(Rejection::EmptyBody);
-                }
-                self.verify_body(request, "x-shopify-hmac-sha256", "", Encoding::Base64)
-            }
-            Scheme::Slack => {
-                let ts = request.required_text("x-slack-request-timestamp")?;
-                let ts_secs = parse_unix(ts, "x-slack-request-timestamp")?;
-                let sig = request.required_text("x-slack-signature")?;
-                self.check_window(ts_secs * 1000, now)?;
-                let message = [b"v0:", ts.as_bytes(), b":", request.body];
-                self.match_any(
-                    &message,
-                    std::iter::once(sig),
-                    "v0=",
-                    Algorithm::Sha256,
-                    Encoding::Hex,
-                )
-                .map(|i| Verified { secret_index: i, timestamp_secs: Some(ts_secs) })
-            }
-            Scheme::Stripe => self.verify_stripe(request, now),
-            Scheme::StandardWebhooks => self.verify_standard(request, now),
-            Scheme::HubspotV3 => self.verify_hubspot_v3(request, now),
-            Scheme::Hmac(generic) => self.verify_generic(generic, request, now),
-        }
-    }
-
-    /// One header carrying `prefix + encode(HMAC-SHA256(body))`, no timestamp.
-    fn verify_body(
-        &self,
-        request: &Request<'_>,
-        header: &str,
-        prefix: &str,
-        encoding: Encoding,
-    ) -> Result<Verified, Rejection> {
-        let sig = request.required_text(header)?;
-        self.match_any(&[request.body], std::iter::once(sig), prefix, Algorithm::Sha256, encoding)
-            .map(|i| Verified { secret_index: i, timestamp_secs: None })
-    }
-
-    fn verify_stripe(&self, request: &Request<'_>, now: Clock) -> Result<Verified, Rejection> {
-        const HEADER: &str = "stripe-signature";
-        let value = request.required_text(HEADER)?;
-        let mut timestamp = None;
-        let mut v1 = Vec::new();
-        // stripe-python splits on "," and each item on the first "="; items it does not know
-        // (v0, future schemes) are ignored.
-        for item in value.split(',') {
-            let Some((name, item_value)) = item.split_once('=') else { continue };
-            match name.trim() {
-                "t" => timestamp = Some(item_value),
-                "v1" => v1.push(item_value),
-                _ => {}
-            }
-        }
-        let (Some(ts), false) = (timestamp, v1.is_empty()) else {
-            return Err(malformed(HEADER, "no timestamp or no v1 signature"));
-        };
-        let ts_secs = parse_unix(ts, HEADER)?;
-        self.check_window(ts_secs * 1000, now)?;
-        let message = [ts.as_bytes(), b".", request.body];
-        self.match_any(&message, v1.into_iter(), "", Algorithm::Sha256, Encoding::Hex)
-            .map(|i| Verified { secret_index: i, timestamp_secs: Some(ts_secs) })
-    }
-
-    fn verify_standard(&self, request: &Request<'_>, now: Clock) -> Result<Verified, Rejection> {
-        // Svix sends `svix-*` and may white-label to `webhook-*`; like its libraries, the
-        // `svix-*` name wins when both are present.
-        let pick = |suffix: &str| -> Result<&str, Rejection> {
-            let svix = format!("svix-{suffix}");
-            match request.header(&svix) {
-                HeaderLookup::Missing => request.required_text(&format!("webhook-{suffix}")),
-                _ => request.required_text(&svix),
-            }
-        };
-        let id = pick("id")?;
-        let ts = pick("timestamp")?;
-        let signatures = pick("signature")?;
-        let ts_secs = parse_unix(ts, "webhook-timestamp")?;
-        self.check_window(ts_secs * 1000, now)?;
-        let message = [id.as_bytes(), b".", ts.as_bytes(), b".", request.body];
-        // Only entries whose version is exactly `v1` count; others (v1a, v2) are skipped.
-        let candidates = signatures
-            .split(' ')
-            .filter_map(|entry| entry.split_once(','))
-            .filter(|(version, _)| *version == "v1")
-            .map(|(_, sig)| sig);
-        self.match_any(&message, candidates, "", Algorithm::Sha256, Encoding::Base64)
-            .map(|i| Verified { secret_index: i, timestamp_secs: Some(ts_secs) })
-    }
-
-    fn verify_hubspot_v3(&self, request: &Request<'_>, now: Clock) -> Result<Verified, Rejection> {
-        let ts = request.required_text("x-hubspot-request-timestamp")?;
-        let ts_ms = parse_unix(ts, "x-hubspot-request-timestamp")?;
-        let sig = request.required_text("x-hubspot-signature-v3")?;
-        self.check_window(ts_ms, now)?;
-        let message =
-            [request.method.as_bytes(), request.url.as_bytes(), request.body, ts.as_bytes()];
-        self.match_any(&message, std::iter::once(sig), "", Algorithm::Sha256, Encoding::Base64)
-            .map(|i| Verified { secret_index: i, timestamp_secs: Some(ts_ms.div_euclid(1000)) })
-    }
-
-    fn verify_generic(
-        &self,
-        generic: &GenericHmac,
-        request: &Request<'_>,
-        now: Clock,
-    ) -> Result<Verified, Rejection> {
-        let sig = request.required_text(&generic.header)?;
-        match &generic.signed {
-            SignedContent::Body => self
-                .match_any(
-                    &[request.body],
-                    std::iter::once(sig),
-                    &generic.prefix,
-                    generic.algorithm,
-                    generic.encoding,
-                )
-                .map(|i| Verified { secret_index: i, timestamp_secs: None }),
-            SignedContent::TimestampAndBody { timestamp_header, separator } => {
-                let ts = request.required_text(timestamp_header)?;
-                let ts_secs = parse_unix(ts, timestamp_header)?;
-                self.check_window(ts_secs * 1000, now)?;
-                let message = [ts.as_bytes(), separator.as_bytes(), request.body];
-                self.match_any(
-                    &message,
-                    std::iter::once(sig),
-                    &generic.prefix,
-                    generic.algorithm,
-                    generic.encoding,
-                )
-                .map(|i| Verified { secret_index: i, timestamp_secs: Some(ts_secs) })
-            }
-        }
-    }
-
-    /// Applies the scheme's timestamp rule. `signed_ms` is the signed timestamp in Unix ms.
-    fn check_window(&self, signed_ms: i64, now: Clock) -> Result<(), Rejection> {
-        let tolerance_ms = i64::from(self.tolerance_secs) * 1000;
-        let age_ms = now.unix_ms.saturating_sub(signed_ms);
-        let too_old = match self.scheme.timestamp_rule() {
-            TimestampRule::InclusiveBothWays => age_ms > tolerance_ms,
-            TimestampRule::StrictPastInclusiveFuture => age_ms >= tolerance_ms,
-            TimestampRule::None => false,
-        };
-        if too_old {
-            return Err(Rejection::TimestampTooOld {
-                age_secs: age_ms / 1000,
-                tolerance_secs: self.tolerance_secs,
-            });
-        }
-        if -age_ms > tolerance_ms {
-            return Err(Rejection::TimestampTooNew {
-                ahead_secs: -age_ms / 1000,
-                tolerance_secs: self.tolerance_secs,
-            });
-        }
-        Ok(())
-    }
-
-    /// Computes the MAC of `message` (given in parts, so nothing is copied) under each key and
-    /// compares its encoding with every candidate in constant time. Returns the index of the
-    /// first key that matched any candidate.
-    fn match_any<'c>(
-        &self,
-        message: &[&[u8]],
-        candidates: impl Iterator<Item = &'c str>,
-        prefix: &str,
-        algorithm: Algorithm,
-        encoding: Encoding,
-    ) -> Result<usize, Rejection> {
-        let candidates: Vec<&str> = candidates.collect();
-        if candidates.is_empty() {
-            return Err(Rejection::NoMatch);
-        }
-        for (index, key) in self.keys.iter().enumerate() {
-            let mac = compute_mac(algorithm, key.expose(), message);
-            let expected = format!("{prefix}{}", encoding.encode(&mac));
-            // Check every candidate rather than stopping early, so the time taken does not
-            // depend on which entry matched.
-            let mut matched = subtle::Choice::from(0);
-            for candidate in &candidates {
-                matched |= expected.as_bytes().ct_eq(candidate.as_bytes());
-            }
-            if bool::from(matched) {
-                return Ok(index);
-            }
-        }
-        Err(Rejection::NoMatch)
-    }
-}
-
-/// What a signer needs besides the body: the parts some schemes sign.
-#[derive(Debug, Clone, Copy)]
-pub struct SignInput<'a> {
-    pub method: &'a str,
-    pub url: &'a str,
-    pub body: &'a [u8],
-    /// Unix seconds, for timestamped schemes.
-    pub timestamp_secs: i64,
-    /// The message id, for Standard Webhooks.
-    pub message_id: &'a str,
-}
-
-impl Verifier {
-    /// The headers a sender of this scheme would send with `input.body`, signed with the first
-    /// configured secret: for writing fixtures and for tests. Verifying them at
-    /// `input.timestamp_secs` succeeds.
-    pub fn sign(&self, input: &SignInput<'_>) -> Vec<(String, String)> {
-        let key = self.keys[0].expose();
-        let ts = input.timestamp_secs.to_string();
-        let mac = |parts: &[&[u8]]| compute_mac(Algorithm::Sha256, key, parts);
-        let header = |name: &str, value: String| (name.to_owned(), value);
-        match &self.scheme {
-            Scheme::Github => vec![header(
-                "X-Hub-Signature-256",
-                format!("sha256={}", hex::encode(mac(&[input.body]))),
-            )],
-            Scheme::Stripe => {
-                let signature = hex::encode(mac(&[ts.as_bytes(), b".", input.body]));
-                vec![header("Stripe-Signature", format!("t={ts},v1={signature}"))]
-            }
-            Scheme::StandardWebhooks => {
-                let id = input.message_id;
-                let signature = Encoding::Base64.encode(&mac(&[
-                    id.as_bytes(),
-                    b".",
-                    ts.as_bytes(),
-                    b".",
-                    input.body,
-                ]));
-                vec![
-                    header("webhook-id", id.to_owned()),
-                    header("webhook-timestamp", ts),
-                    header("webhook-signature", format!("v1,{signature}")),
-                ]
-            }
-            Scheme::Shopify => {
-                vec![header("X-Shopify-Hmac-Sha256", Encoding::Base64.encode(&mac(&[input.body])))]
-            }
-            Scheme::Slack => {
-                let signature = hex::encode(mac(&[b"v0:", ts.as_bytes(), b":", input.body]));
-                vec![
-                    header("X-Slack-Request-Timestamp", ts),
-                    header("X-Slack-Signature", format!("v0={signature}")),
-                ]
-            }
-            Scheme::HubspotV3 => {
-                let ms = input.timestamp_secs.saturating_mul(1000).to_string();
-                let parts: [&[u8]; 4] =
-                    [input.method.as_bytes(), input.url.as_bytes(), input.body, ms.as_bytes()];
-                vec![
-                    header("X-HubSpot-Request-Timestamp", ms.clone()),
-                    header("X-HubSpot-Signature-v3", Encoding::Base64.encode(&mac(&parts))),
-                ]
-            }
-            Scheme::Hmac(generic) => {
-                let digest = |parts: &[&[u8]]| {
-                    let mac = compute_mac(generic.algorithm, key, parts);
-                    format!("{}{}", generic.prefix, generic.encoding.encode(&mac))
-                };
-                match &generic.signed {
-                    SignedContent::Body => vec![header(&generic.header, digest(&[input.body]))],
-                    SignedContent::TimestampAndBody { timestamp_header, separator } => {
-                        let signature = digest(&[ts.as_bytes(), separator.as_bytes(), input.body]);
-                        vec![header(timestamp_header, ts), header(&generic.header, signature)]
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// HMAC of the concatenation of `parts` under `key`.
+/// HMAC of the concatenation of `parts` under `key`. `algorithm` must be an HMAC.
 pub fn compute_mac(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    fn mac<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        let mut mac = <M as hmac::digest::KeyInit>::new_from_slice(key)
+            .expect("HMAC accepts keys of any length");
+        parts.iter().for_each(|p| mac.update(p));
+        mac.finalize().into_bytes().to_vec()
+    }
     match algorithm {
-        Algorithm::Sha256 => {
-            let mut mac =
-                Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
-            parts.iter().for_each(|p| mac.update(p));
-            mac.finalize().into_bytes().to_vec()
-        }
-        Algorithm::Sha512 => {
-            let mut mac =
-                Hmac::<Sha512>::new_from_slice(key).expect("HMAC accepts keys of any length");
-            parts.iter().for_each(|p| mac.update(p));
-            mac.finalize().into_bytes().to_vec()
-        }
+        Algorithm::HmacSha1 => mac::<Hmac<Sha1>>(key, parts),
+        Algorithm::HmacSha512 => mac::<Hmac<Sha512>>(key, parts),
+        _ => mac::<Hmac<Sha256>>(key, parts),
     }
 }
 
 impl Encoding {
     pub fn encode(self, bytes: &[u8]) -> String {
+        use base64::Engine as _;
         match self {
             Encoding::Hex => hex::encode(bytes),
             Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
+            Encoding::Text => String::from_utf8_lossy(bytes).into_owned(),
+        }
+    }
+
+    pub fn decode(self, text: &str) -> Option<Vec<u8>> {
+        use base64::Engine as _;
+        match self {
+            Encoding::Hex => hex::decode(text).ok(),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD.decode(text).ok(),
+            Encoding::Text => Some(text.as_bytes().to_vec()),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Hex => "hex",
+            Encoding::Base64 => "base64",
+            Encoding::Text => "text",
         }
     }
 }
 
-fn parse_unix(text: &str, header: &str) -> Result<i64, Rejection> {
-    // Digits only: a sign, a fraction or an exponent is not a timestamp any sender produces.
-    if text.is_empty() || text.len() > 16 || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(malformed(header, "timestamp is not a whole number"));
+/// Text from a request, made safe for a message: control characters escaped, cut at 32
+/// characters.
+fn quote(text: &str) -> String {
+    let mut out: String = text.chars().take(32).flat_map(char::escape_debug).collect();
+    if text.chars().count() > 32 {
+        out.push('…');
     }
-    text.parse().map_err(|_| malformed(header, "timestamp is not a whole number"))
+    out
 }
 
 #[cfg(test)]

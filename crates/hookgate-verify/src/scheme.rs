@@ -1,122 +1,285 @@
-use base64::Engine as _;
-
-use crate::secret::{KeyError, SecretBytes};
+//! The signature language: what a sender signs, with what, and where it puts the result.
+//!
+//! A [`Scheme`] is one or more [`Spec`]s, each guarded by a [`Condition`] (HubSpot picks its
+//! scheme by a version header, Twilio by whether the URL carries `bodySHA256`, AWS SNS by the
+//! message's `SignatureVersion`). Every built-in sender is a preset written in this language
+//! (see [`crate::Preset`]), so one engine verifies them all.
 
 /// How a sender signs its deliveries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scheme {
-    /// `X-Hub-Signature-256: sha256=<lowercase hex>` over the raw body.
-    Github,
-    /// `Stripe-Signature: t=..,v1=..`, HMAC-SHA256 of `t.body`, secret used verbatim.
-    Stripe,
-    /// Standard Webhooks and Svix: HMAC-SHA256 of `id.timestamp.body`, key base64 after `whsec_`.
-    StandardWebhooks,
-    /// `X-Shopify-Hmac-Sha256: <base64>` over the raw body.
-    Shopify,
-    /// `X-Slack-Signature: v0=<hex>` over `v0:timestamp:body`.
-    Slack,
-    /// `X-HubSpot-Signature-v3: <base64>` over `method + url + body + timestamp(ms)`.
-    HubspotV3,
-    /// A sender that is none of the above, described field by field.
-    Hmac(GenericHmac),
+pub struct Scheme {
+    /// The preset's name, or `custom`: shown in evidence and messages.
+    pub name: String,
+    /// Tried in order; the first whose condition holds verifies the request. A request that
+    /// meets none is rejected as an unsupported signature version.
+    pub variants: Vec<Variant>,
+    /// A JSON pointer to the member of the body that names where the signing key can be
+    /// fetched (AWS SNS's `/SigningCertURL`). Fetching is the caller's I/O, from hosts the
+    /// pipeline allows; this crate only says where the URL is.
+    pub key_url_field: Option<String>,
 }
 
-/// A generic HMAC scheme: one header carrying `prefix + encode(HMAC(secret, signed content))`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GenericHmac {
-    pub header: String,
-    pub prefix: String,
+pub struct Variant {
+    pub when: Condition,
+    pub spec: Spec,
+}
+
+/// When a variant applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    Always,
+    /// The header is present (any value).
+    HeaderPresent(String),
+    /// The header's trimmed value equals this text (case-sensitive).
+    HeaderEquals(String, String),
+    /// The URL's query string has this parameter.
+    QueryParam(String),
+    /// The body is a JSON object whose member (a JSON pointer) is this string.
+    BodyField(String, String),
+}
+
+/// One complete signing rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
     pub algorithm: Algorithm,
+    /// How configured keys are read.
+    pub key_format: KeyFormat,
+    /// Where the signatures are.
+    pub signature: SignatureSource,
+    /// Text before each encoded signature, e.g. `sha256=`; its absence is a malformed header.
+    pub prefix: String,
     pub encoding: Encoding,
-    pub signed: SignedContent,
+    pub timestamp: Option<TimestampSpec>,
+    /// What is signed: these parts, concatenated.
+    pub message: Vec<Part>,
+    /// An empty body is rejected before anything else (Shopify).
+    pub require_body: bool,
+    /// A SHA-256 of the body, in hex, carried in this query parameter of the signed URL
+    /// (Twilio's JSON webhooks): checked as well as the signature.
+    pub body_digest_param: Option<String>,
+}
+
+/// A header by name; the first of several alternative names that is present is used (Svix's
+/// `svix-*` before the unbranded `webhook-*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderRef {
+    pub names: Vec<String>,
+}
+
+impl HeaderRef {
+    pub fn one(name: &str) -> HeaderRef {
+        HeaderRef { names: vec![name.to_owned()] }
+    }
+
+    pub fn first_of(names: &[&str]) -> HeaderRef {
+        HeaderRef { names: names.iter().map(|n| (*n).to_owned()).collect() }
+    }
+
+    /// The name shown in messages: the last alternative, the unbranded one.
+    pub fn display(&self) -> &str {
+        self.names.last().map(String::as_str).unwrap_or("")
+    }
+}
+
+/// A header that holds named fields, like `t=1492774577,v1=5257a8…` (Stripe), `ts=…;h1=…`
+/// (Paddle) or `v1,sig1 v1,sig2` (Standard Webhooks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fields {
+    /// Between fields: `,`, `;` or a space.
+    pub separator: char,
+    /// Between a field's name and value: `=` or `,`.
+    pub assign: char,
+}
+
+/// Where the signatures are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureSource {
+    /// The whole value of a header is one signature.
+    Header(HeaderRef),
+    /// Every field of this name in a structured header is a signature; any may match
+    /// (several during a secret roll). Fields of other names are ignored.
+    Field { header: HeaderRef, fields: Fields, name: String },
+    /// A string member of the JSON body (AWS SNS carries its signature in the message).
+    BodyField(String),
+}
+
+impl SignatureSource {
+    pub fn header(&self) -> Option<&HeaderRef> {
+        match self {
+            SignatureSource::Header(h) | SignatureSource::Field { header: h, .. } => Some(h),
+            SignatureSource::BodyField(_) => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimestampSpec {
+    pub source: TimestampSource,
+    pub format: TimestampFormat,
+    pub rule: TimestampRule,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimestampSource {
+    Header(HeaderRef),
+    /// A field of the signature header (which must have [`Fields`]).
+    Field(String),
+    BodyField(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampFormat {
+    UnixSeconds,
+    UnixMillis,
+    /// `2024-01-15T10:00:00Z` or with an offset; fractions allowed.
+    Rfc3339,
+}
+
+/// How a scheme treats the edges of its timestamp window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampRule {
+    /// Exactly `tolerance` seconds old or ahead is accepted (Standard Webhooks, Stripe, Slack).
+    InclusiveBothWays,
+    /// Exactly `tolerance` old is rejected, as HubSpot's SDK does (`now - ts < 300`); ahead
+    /// as far as `tolerance` is accepted.
+    StrictPastInclusiveFuture,
+    /// Only age counts; a timestamp ahead of our clock is accepted (senders whose clocks are
+    /// known to run ahead, or that sign a time they set when the event was created).
+    PastOnly,
+}
+
+/// One piece of the signed message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Literal(String),
+    /// The timestamp exactly as sent.
+    Timestamp,
+    /// The HTTP method, as received (`POST`).
+    Method,
+    /// The full public URL the sender called, with its query string.
+    Url,
+    /// The raw body, byte for byte.
+    Body,
+    /// The `application/x-www-form-urlencoded` body's parameters sorted by name (then value),
+    /// each as name followed by value, decoded, no separators (Twilio).
+    FormSorted,
+    /// A header's value, trimmed (e.g. Standard Webhooks' message id).
+    Header(HeaderRef),
+    /// The key itself (HubSpot v1/v2 hash `client secret + content`).
+    Secret,
+    /// For each of these names that the JSON body has as a string member: name, newline,
+    /// value, newline (AWS SNS's canonical string).
+    BodyFields(Vec<String>),
+}
+
+/// How the signature is produced from the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
-    Sha256,
-    Sha512,
+    HmacSha1,
+    HmacSha256,
+    HmacSha512,
+    /// A plain SHA-256 digest of the message; the message names where the key goes.
+    DigestSha256,
+    /// The header carries the key itself (a shared-secret or basic-auth header); compared in
+    /// constant time. The message must be empty.
+    SharedSecret,
+    /// ECDSA over P-256 with SHA-256; the key is a public key, the signature DER or raw `r‖s`.
+    EcdsaP256Sha256,
+    /// RSASSA-PKCS1-v1_5 with SHA-1 or SHA-256; the key is an X.509 certificate.
+    RsaSha1,
+    RsaSha256,
+}
+
+impl Algorithm {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::HmacSha1 => "HMAC-SHA1",
+            Algorithm::HmacSha256 => "HMAC-SHA256",
+            Algorithm::HmacSha512 => "HMAC-SHA512",
+            Algorithm::DigestSha256 => "SHA-256",
+            Algorithm::SharedSecret => "shared secret",
+            Algorithm::EcdsaP256Sha256 => "ECDSA P-256 SHA-256",
+            Algorithm::RsaSha1 => "RSA SHA-1",
+            Algorithm::RsaSha256 => "RSA SHA-256",
+        }
+    }
+
+    /// The length of the signature it produces, where it is fixed.
+    pub fn output_len(self) -> Option<usize> {
+        match self {
+            Algorithm::HmacSha1 => Some(20),
+            Algorithm::HmacSha256 | Algorithm::DigestSha256 => Some(32),
+            Algorithm::HmacSha512 => Some(64),
+            _ => None,
+        }
+    }
+
+    pub fn is_public_key(self) -> bool {
+        matches!(self, Algorithm::EcdsaP256Sha256 | Algorithm::RsaSha1 | Algorithm::RsaSha256)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encoding {
     Hex,
     Base64,
+    /// The bytes as sent (a shared-secret header).
+    Text,
 }
 
-/// What a generic HMAC signs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SignedContent {
-    Body,
-    /// `timestamp + separator + body`, the timestamp (Unix seconds) taken from its own header.
-    TimestampAndBody {
-        timestamp_header: String,
-        separator: String,
-    },
-}
-
-/// How a scheme treats the edges of its timestamp window. Every rule also rejects timestamps
-/// further in the future than the tolerance: a sender's clock can be off, an attacker's replay
-/// window should not be doubled by it.
+/// How a configured key is turned into key material.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimestampRule {
-    /// No timestamp is signed.
-    None,
-    /// Exactly `tolerance` seconds old is accepted (Standard Webhooks, Svix, Stripe, Slack).
-    InclusiveBothWays,
-    /// Exactly `tolerance` old is rejected, as HubSpot's SDK does (`now - ts < 300`).
-    StrictPastInclusiveFuture,
+pub enum KeyFormat {
+    /// The bytes as configured.
+    Raw,
+    /// Base64, optionally after `whsec_` (Standard Webhooks, Svix).
+    Whsec,
+    /// An ECDSA P-256 public key: base64 of its DER SubjectPublicKeyInfo (SendGrid's
+    /// "verification key"), or PEM.
+    PublicKey,
+    /// An X.509 certificate in PEM (AWS SNS).
+    Certificate,
 }
 
 impl Scheme {
-    pub fn timestamp_rule(&self) -> TimestampRule {
-        match self {
-            Scheme::Github | Scheme::Shopify => TimestampRule::None,
-            Scheme::Stripe | Scheme::StandardWebhooks | Scheme::Slack => {
-                TimestampRule::InclusiveBothWays
-            }
-            Scheme::HubspotV3 => TimestampRule::StrictPastInclusiveFuture,
-            Scheme::Hmac(generic) => match generic.signed {
-                SignedContent::Body => TimestampRule::None,
-                SignedContent::TimestampAndBody { .. } => TimestampRule::InclusiveBothWays,
-            },
+    /// A scheme with one spec that always applies.
+    pub fn single(name: &str, spec: Spec) -> Scheme {
+        Scheme {
+            name: name.to_owned(),
+            variants: vec![Variant { when: Condition::Always, spec }],
+            key_url_field: None,
         }
     }
 
-    /// The header names this scheme reads; the intake strips them before storing headers.
+    /// The header names this scheme reads signatures from; the intake strips them before
+    /// storing headers, so a signature never becomes evidence an attacker could replay.
     pub fn signature_headers(&self) -> Vec<String> {
-        let names: &[&str] = match self {
-            Scheme::Github => &["x-hub-signature-256", "x-hub-signature"],
-            Scheme::Stripe => &["stripe-signature"],
-            Scheme::StandardWebhooks => &["webhook-signature", "svix-signature"],
-            Scheme::Shopify => &["x-shopify-hmac-sha256"],
-            Scheme::Slack => &["x-slack-signature"],
-            Scheme::HubspotV3 => &["x-hubspot-signature-v3", "x-hubspot-signature"],
-            Scheme::Hmac(generic) => return vec![generic.header.to_ascii_lowercase()],
-        };
-        names.iter().map(|n| (*n).to_owned()).collect()
+        let mut names = Vec::new();
+        for variant in &self.variants {
+            if let Some(header) = variant.spec.signature.header() {
+                for name in &header.names {
+                    let name = name.to_ascii_lowercase();
+                    if !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        names
     }
 
-    /// Turns a configured secret into HMAC key bytes, as the sender's libraries do.
-    pub(crate) fn decode_key(&self, raw: &SecretBytes) -> Result<SecretBytes, KeyError> {
-        let bytes = raw.expose();
-        if bytes.is_empty() {
-            return Err(KeyError::Empty { index: 0 });
-        }
-        match self {
-            Scheme::StandardWebhooks => {
-                let text =
-                    std::str::from_utf8(bytes).map_err(|_| KeyError::NotBase64 { index: 0 })?;
-                let body = text.strip_prefix("whsec_").unwrap_or(text).trim_end_matches('=');
-                if body.is_empty() {
-                    return Err(KeyError::Empty { index: 0 });
-                }
-                // The reference library pads with `==`; decoding unpadded input is the same.
-                base64::engine::general_purpose::STANDARD_NO_PAD
-                    .decode(body)
-                    .map(SecretBytes::new)
-                    .map_err(|_| KeyError::NotBase64 { index: 0 })
-            }
-            _ => Ok(raw.clone()),
-        }
+    /// Whether any variant signs a timestamp.
+    pub fn has_timestamp(&self) -> bool {
+        self.variants.iter().any(|v| v.spec.timestamp.is_some())
+    }
+
+    /// Whether any variant signs the public URL, so the URL the sender called must be known.
+    pub fn signs_url(&self) -> bool {
+        self.variants.iter().any(|v| v.spec.message.contains(&Part::Url))
+    }
+
+    pub fn key_format(&self) -> KeyFormat {
+        self.variants.first().map(|v| v.spec.key_format).unwrap_or(KeyFormat::Raw)
     }
 }

@@ -68,7 +68,7 @@ fn github_case(signature: &str) -> Case<'_> {
 
 #[test]
 fn github_published_vector() {
-    let v = verifier(Scheme::Github, &["It's a Secret to Everybody"]);
+    let v = verifier(Preset::Github.scheme(), &["It's a Secret to Everybody"]);
     assert_eq!(accepts(&v, &github_case(GITHUB_SIG)).secret_index, 0);
     // Header names are case-insensitive.
     let lower = github_case(GITHUB_SIG)
@@ -79,14 +79,20 @@ fn github_published_vector() {
 
 #[test]
 fn github_negative_cases() {
-    let v = verifier(Scheme::Github, &["It's a Secret to Everybody"]);
+    let v = verifier(Preset::Github.scheme(), &["It's a Secret to Everybody"]);
     rejects(&v, &github_case(GITHUB_SIG).without_header("X-Hub-Signature-256"), "missing_header");
-    // Octokit compares the whole `sha256=<hex>` string: a bare hex or uppercase hex fails.
-    rejects(&v, &github_case(&GITHUB_SIG[7..]), "signature_mismatch");
-    rejects(&v, &github_case(&GITHUB_SIG.to_uppercase()), "signature_mismatch");
+    // A bare hex digest has no `sha256=`: malformed, and the reason says so.
+    rejects(&v, &github_case(&GITHUB_SIG[7..]), "malformed_header");
+    let reason = github_case(&GITHUB_SIG[7..]).run(&v).unwrap_err().to_string();
+    assert!(reason.contains("does not start with `sha256=`"), "{reason}");
+    // Octokit compares text, so uppercase hex fails there; we compare the decoded bytes,
+    // which are the same MAC. A digest of the wrong length or not hex is malformed.
+    accepts(&v, &github_case(&format!("sha256={}", GITHUB_SIG[7..].to_uppercase())));
+    rejects(&v, &github_case("sha256=757107ea"), "malformed_header");
+    rejects(&v, &github_case("sha256=zz7107ea"), "malformed_header");
     let tampered = Case::post(vec![("X-Hub-Signature-256", GITHUB_SIG)], b"Hello, World?", 0);
     rejects(&v, &tampered, "signature_mismatch");
-    let wrong = verifier(Scheme::Github, &["It's a Secret to Nobody"]);
+    let wrong = verifier(Preset::Github.scheme(), &["It's a Secret to Nobody"]);
     rejects(&wrong, &github_case(GITHUB_SIG), "signature_mismatch");
     // A header sent twice is not resolved by picking one.
     let twice = github_case(GITHUB_SIG);
@@ -98,7 +104,7 @@ fn github_negative_cases() {
 
 #[test]
 fn github_rotation_like_octokit_verify_with_fallback() {
-    let v = verifier(Scheme::Github, &["new secret", "It's a Secret to Everybody"]);
+    let v = verifier(Preset::Github.scheme(), &["new secret", "It's a Secret to Everybody"]);
     assert_eq!(accepts(&v, &github_case(GITHUB_SIG)).secret_index, 1);
 }
 
@@ -114,14 +120,14 @@ fn stripe_case(header: &str, now: i64) -> Case<'_> {
 
 #[test]
 fn stripe_published_vector() {
-    let v = verifier(Scheme::Stripe, &["webhook_secret"]);
+    let v = verifier(Preset::Stripe.scheme(), &["webhook_secret"]);
     let verified = accepts(&v, &stripe_case(STRIPE_HEADER, STRIPE_T + 100));
     assert_eq!(verified.timestamp_secs, Some(STRIPE_T));
 }
 
 #[test]
 fn stripe_negative_cases() {
-    let v = verifier(Scheme::Stripe, &["webhook_secret"]);
+    let v = verifier(Preset::Stripe.scheme(), &["webhook_secret"]);
     // RejectOutdatedTimestamp: now = t + tolerance + 100.
     rejects(&v, &stripe_case(STRIPE_HEADER, STRIPE_T + 400), "timestamp_too_old");
     // Exactly the tolerance is accepted by every Stripe SDK.
@@ -169,7 +175,7 @@ fn stripe_negative_cases() {
     let extra_first = format!("t=1533204620,v1=bad_signature,{}", &STRIPE_HEADER[13..]);
     accepts(&v, &stripe_case(&extra_first, STRIPE_T));
     // Wrong secret.
-    let wrong = verifier(Scheme::Stripe, &["wrong_secret"]);
+    let wrong = verifier(Preset::Stripe.scheme(), &["wrong_secret"]);
     rejects(&wrong, &stripe_case(STRIPE_HEADER, STRIPE_T), "signature_mismatch");
 }
 
@@ -194,7 +200,7 @@ fn standard_case<'a>(signature: &'a str, now: i64) -> Case<'a> {
 
 #[test]
 fn standard_webhooks_published_vector() {
-    let v = verifier(Scheme::StandardWebhooks, &[SW_SECRET]);
+    let v = verifier(Preset::StandardWebhooks.scheme(), &[SW_SECRET]);
     accepts(&v, &standard_case(SW_SIG, 1614265330));
     // Svix header names, and the secret without its prefix, work the same.
     let svix = Case::post(
@@ -202,7 +208,10 @@ fn standard_webhooks_published_vector() {
         SW_BODY,
         1614265330,
     );
-    accepts(&verifier(Scheme::StandardWebhooks, &["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]), &svix);
+    accepts(
+        &verifier(Preset::StandardWebhooks.scheme(), &["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]),
+        &svix,
+    );
     // Several entries: any v1 may match; other versions are skipped.
     let list = format!("v1a,AAAA v1,Zm9v {SW_SIG}");
     accepts(&v, &standard_case(&list, 1614265330));
@@ -210,24 +219,29 @@ fn standard_webhooks_published_vector() {
 
 #[test]
 fn standard_webhooks_negative_cases() {
-    let v = verifier(Scheme::StandardWebhooks, &[SW_SECRET]);
+    let v = verifier(Preset::StandardWebhooks.scheme(), &[SW_SECRET]);
     let t = 1614265330;
     // The tolerance is inclusive on both sides (python, go and rust accept exactly 300 s).
     accepts(&v, &standard_case(SW_SIG, t + 300));
     accepts(&v, &standard_case(SW_SIG, t - 300));
     rejects(&v, &standard_case(SW_SIG, t + 301), "timestamp_too_old");
     rejects(&v, &standard_case(SW_SIG, t - 301), "timestamp_too_new");
-    // A v2 entry carrying the right bytes is not a v1 signature.
-    rejects(
-        &v,
-        &standard_case("v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", t),
-        "signature_mismatch",
-    );
+    // A v2 entry carrying the right bytes is not a v1 signature: the header has no v1 at all.
+    let v2 = standard_case("v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", t);
+    rejects(&v, &v2, "malformed_header");
+    let reason = v2.run(&v).unwrap_err().to_string();
+    assert!(reason.contains("no `v1` signature (found `v2`)"), "{reason}");
     rejects(
         &v,
         &standard_case("g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", t),
-        "signature_mismatch",
+        "malformed_header",
     );
+    // Supabase's auth hooks join signatures with ", ": the comma is punctuation.
+    accepts(&v, &standard_case(&format!("{SW_SIG}, v1,AAAA"), t));
+    accepts(&v, &standard_case(&format!("v1,AAAA, {SW_SIG}"), t));
+    // A v2 beside the v1 is ignored, as the libraries do.
+    accepts(&v, &standard_case(&format!("v2,AAAA {SW_SIG}"), t));
+    rejects(&v, &standard_case("v1,!!!not-base64", t), "malformed_header");
     rejects(
         &v,
         &standard_case(SW_SIG, t).with_header("webhook-timestamp", "hello"),
@@ -245,7 +259,8 @@ fn standard_webhooks_negative_cases() {
     // An empty secret or a bare prefix is a configuration error.
     for bad in ["", "whsec_", "whsec_!!!"] {
         assert!(
-            Verifier::new(Scheme::StandardWebhooks, &[SecretBytes::new(bad)], None).is_err(),
+            Verifier::new(Preset::StandardWebhooks.scheme(), &[SecretBytes::new(bad)], None)
+                .is_err(),
             "{bad:?}"
         );
     }
@@ -256,7 +271,7 @@ const SHOPIFY_HMAC: &str = "B23tXN681gZ0qIWNRrgtzBE9XSDo5yaUu6wfmhu3a7g=";
 
 #[test]
 fn shopify_published_vector_and_negatives() {
-    let v = verifier(Scheme::Shopify, &["test_secret_key"]);
+    let v = verifier(Preset::Shopify.scheme(), &["test_secret_key"]);
     let case = Case::post(vec![("X-Shopify-Hmac-Sha256", SHOPIFY_HMAC)], br#"{"foo": "bar"}"#, 0);
     accepts(&v, &case);
     rejects(&v, &Case { body: b"", ..case }, "empty_body");
@@ -279,7 +294,7 @@ fn slack_case(now: i64) -> Case<'static> {
 
 #[test]
 fn slack_published_vector_and_window() {
-    let v = verifier(Scheme::Slack, &["8f742231b10e8888abcd99yyyzzz85a5"]);
+    let v = verifier(Preset::Slack.scheme(), &["8f742231b10e8888abcd99yyyzzz85a5"]);
     accepts(&v, &slack_case(1531420618));
     accepts(&v, &slack_case(1531420618 + 300));
     accepts(&v, &slack_case(1531420618 - 300));
@@ -288,7 +303,7 @@ fn slack_published_vector_and_window() {
     rejects(
         &v,
         &slack_case(1531420618).with_header("X-Slack-Signature", &SLACK_SIG[3..]),
-        "signature_mismatch",
+        "malformed_header",
     );
     rejects(
         &v,
@@ -317,7 +332,7 @@ fn hubspot_case(now_ms: i64) -> Case<'static> {
 
 #[test]
 fn hubspot_v3_published_vector_and_window() {
-    let v = verifier(Scheme::HubspotV3, &[HUBSPOT_SECRET]);
+    let v = verifier(Preset::HubspotV3.scheme(), &[HUBSPOT_SECRET]);
     // The timestamp is in milliseconds: 15000000 ms = 15000 s.
     accepts(&v, &hubspot_case(15_000_000));
     accepts(&v, &hubspot_case(15_000_000 + 299_999));
@@ -331,76 +346,214 @@ fn hubspot_v3_published_vector_and_window() {
     rejects(&v, &other_url, "signature_mismatch");
 }
 
-#[test]
-fn generic_hmac_body_and_timestamped() {
-    // The GitHub vector again, described generically: same bytes, same verdict.
-    let generic = Scheme::Hmac(GenericHmac {
-        header: "X-Hub-Signature-256".into(),
-        prefix: "sha256=".into(),
-        algorithm: Algorithm::Sha256,
-        encoding: Encoding::Hex,
-        signed: SignedContent::Body,
-    });
-    let v = verifier(generic, &["It's a Secret to Everybody"]);
-    accepts(&v, &github_case(GITHUB_SIG));
-    rejects(&v, &github_case(&GITHUB_SIG[7..]), "signature_mismatch");
+fn hmac_spec(header: &str, prefix: &str, algorithm: Algorithm, encoding: Encoding) -> Spec {
+    Spec {
+        algorithm,
+        key_format: KeyFormat::Raw,
+        signature: SignatureSource::Header(HeaderRef::one(header)),
+        prefix: prefix.into(),
+        encoding,
+        timestamp: None,
+        message: vec![Part::Body],
+        require_body: false,
+        body_digest_param: None,
+    }
+}
 
-    // Slack's vector, described generically with a prefix and a separator.
-    let generic = Scheme::Hmac(GenericHmac {
-        header: "X-Slack-Signature".into(),
-        prefix: "v0=".into(),
-        algorithm: Algorithm::Sha256,
-        encoding: Encoding::Hex,
-        signed: SignedContent::TimestampAndBody {
-            timestamp_header: "X-Slack-Request-Timestamp".into(),
-            separator: ":".into(),
-        },
-    });
+#[test]
+fn the_language_states_slack_with_other_parts_and_other_verdicts() {
+    // Slack's vector written out: same bytes, same verdict.
+    let slack = Spec {
+        timestamp: Some(TimestampSpec {
+            source: TimestampSource::Header(HeaderRef::one("X-Slack-Request-Timestamp")),
+            format: TimestampFormat::UnixSeconds,
+            rule: TimestampRule::InclusiveBothWays,
+        }),
+        message: vec![
+            Part::Literal("v0:".into()),
+            Part::Timestamp,
+            Part::Literal(":".into()),
+            Part::Body,
+        ],
+        ..hmac_spec("X-Slack-Signature", "v0=", Algorithm::HmacSha256, Encoding::Hex)
+    };
     let key = SecretBytes::new("8f742231b10e8888abcd99yyyzzz85a5");
-    let v = Verifier::new(generic, &[key], Some(60)).expect("valid");
-    // The generic scheme signs `ts:body` (no `v0:` in front), so Slack's vector must fail...
+    let v = Verifier::new(
+        Scheme::single("custom", slack.clone()),
+        std::slice::from_ref(&key),
+        Some(60),
+    )
+    .expect("valid");
+    accepts(&v, &slack_case(1531420618 + 60));
+    rejects(&v, &slack_case(1531420618 + 61), "timestamp_too_old");
+
+    // Without the `v0:` literal the same vector must fail...
+    let without = Spec { message: slack.message[1..].to_vec(), ..slack.clone() };
+    let v = Verifier::new(Scheme::single("custom", without), std::slice::from_ref(&key), Some(60))
+        .expect("valid");
     rejects(&v, &slack_case(1531420618), "signature_mismatch");
-    // ...and one computed by that rule passes, within its 60 s tolerance only.
+    // ...and one computed by that rule passes.
     let mac = compute_mac(
-        Algorithm::Sha256,
+        Algorithm::HmacSha256,
         b"8f742231b10e8888abcd99yyyzzz85a5",
         &[b"1531420618:", SLACK_BODY],
     );
     let sig = format!("v0={}", hex::encode(mac));
-    accepts(&v, &slack_case(1531420618 + 60).with_header("X-Slack-Signature", &sig));
-    rejects(
-        &v,
-        &slack_case(1531420618 + 61).with_header("X-Slack-Signature", &sig),
-        "timestamp_too_old",
-    );
+    accepts(&v, &slack_case(1531420618).with_header("X-Slack-Signature", &sig));
 
-    // SHA-512 with base64.
-    let generic = Scheme::Hmac(GenericHmac {
-        header: "X-Signature".into(),
-        prefix: String::new(),
-        algorithm: Algorithm::Sha512,
-        encoding: Encoding::Base64,
-        signed: SignedContent::Body,
-    });
-    let v = verifier(generic, &["k"]);
-    let sig = Encoding::Base64.encode(&compute_mac(Algorithm::Sha512, b"k", &[b"body"]));
-    accepts(&v, &Case::post(vec![("x-signature", &sig)], b"body", 0));
-    assert_eq!(sig.len(), 88, "SHA-512 is 64 bytes");
+    // Past only: a timestamp ahead of the clock by more than the tolerance still passes.
+    let past_only = Spec {
+        timestamp: Some(TimestampSpec {
+            rule: TimestampRule::PastOnly,
+            ..slack.timestamp.clone().expect("timestamped")
+        }),
+        ..slack
+    };
+    let v = Verifier::new(Scheme::single("custom", past_only), &[key], Some(60)).expect("valid");
+    accepts(&v, &slack_case(1531420618 - 3600));
+    rejects(&v, &slack_case(1531420618 + 61), "timestamp_too_old");
 }
 
 #[test]
+fn sha512_base64_and_sha1_hex() {
+    let v = verifier(
+        Scheme::single(
+            "custom",
+            hmac_spec("X-Signature", "", Algorithm::HmacSha512, Encoding::Base64),
+        ),
+        &["k"],
+    );
+    let sig = Encoding::Base64.encode(&compute_mac(Algorithm::HmacSha512, b"k", &[b"body"]));
+    accepts(&v, &Case::post(vec![("x-signature", &sig)], b"body", 0));
+    assert_eq!(sig.len(), 88, "SHA-512 is 64 bytes");
+    // A SHA-256-sized digest is malformed here, not merely wrong.
+    let short = Encoding::Base64.encode(&[0u8; 32]);
+    rejects(&v, &Case::post(vec![("x-signature", &short)], b"body", 0), "malformed_header");
+
+    // RFC 2202 test case 2: HMAC-SHA1("Jefe", "what do ya want for nothing?").
+    let v = verifier(
+        Scheme::single("custom", hmac_spec("X-Sig", "sha1=", Algorithm::HmacSha1, Encoding::Hex)),
+        &["Jefe"],
+    );
+    let case = Case::post(
+        vec![("X-Sig", "sha1=effcdf6ae5eb2fa2d27416d5f184df9c259a7c79")],
+        b"what do ya want for nothing?",
+        0,
+    );
+    accepts(&v, &case);
+}
+
+#[test]
+fn rfc3339_timestamps_parse_with_offsets_and_fractions() {
+    let spec = Spec {
+        encoding: Encoding::Base64,
+        timestamp: Some(TimestampSpec {
+            source: TimestampSource::Header(HeaderRef::one("X-Ts")),
+            format: TimestampFormat::Rfc3339,
+            rule: TimestampRule::InclusiveBothWays,
+        }),
+        message: vec![Part::Timestamp, Part::Body],
+        ..hmac_spec("X-Sig", "", Algorithm::HmacSha256, Encoding::Base64)
+    };
+    let v = verifier(Scheme::single("custom", spec), &["s"]);
+    let now = 1_700_000_000; // 2023-11-14T22:13:20Z
+    for ts in ["2023-11-14T22:13:20Z", "2023-11-14T23:13:20+01:00", "2023-11-14T22:13:20.5Z"] {
+        let sig = Encoding::Base64.encode(&compute_mac(
+            Algorithm::HmacSha256,
+            b"s",
+            &[ts.as_bytes(), b"{}"],
+        ));
+        accepts(&v, &Case::post(vec![("X-Ts", ts), ("X-Sig", &sig)], b"{}", now));
+        rejects(
+            &v,
+            &Case::post(vec![("X-Ts", ts), ("X-Sig", &sig)], b"{}", now + 301),
+            "timestamp_too_old",
+        );
+    }
+    for bad in ["1700000000", "2023-11-14 22:13:20", "2023-11-14T22:13:20", "yesterday"] {
+        let case = Case::post(vec![("X-Ts", bad), ("X-Sig", "AAAA")], b"{}", now);
+        rejects(&v, &case, "malformed_header");
+    }
+}
+
+#[test]
+fn a_shared_secret_header_is_compared_whole_and_in_constant_time() {
+    let v = verifier(Preset::EventbridgeApiKey.scheme(), &["s3cret-key"]);
+    accepts(&v, &Case::post(vec![("x-api-key", "s3cret-key")], b"{}", 0));
+    rejects(&v, &Case::post(vec![("x-api-key", "s3cret-ke")], b"{}", 0), "signature_mismatch");
+    rejects(&v, &Case::post(vec![("x-api-key", "s3cret-keyy")], b"{}", 0), "signature_mismatch");
+    rejects(&v, &Case::post(vec![], b"{}", 0), "missing_header");
+
+    let v = verifier(Preset::EventbridgeBasic.scheme(), &["aladdin:opensesame"]);
+    let good = "Basic YWxhZGRpbjpvcGVuc2VzYW1l";
+    accepts(&v, &Case::post(vec![("Authorization", good)], b"{}", 0));
+    rejects(&v, &Case::post(vec![("Authorization", "Bearer x")], b"{}", 0), "malformed_header");
+    let other = "Basic YWxhZGRpbjpvcGVuc2VzYW1m";
+    rejects(&v, &Case::post(vec![("Authorization", other)], b"{}", 0), "signature_mismatch");
+
+    let v = verifier(Preset::SupabaseDatabase.scheme(), &["db-hook-secret"]);
+    let case = Case::post(vec![("Authorization", "Bearer db-hook-secret")], b"{}", 0);
+    accepts(&v, &case);
+}
+
+#[test]
+fn schemes_that_cannot_work_are_refused_at_load() {
+    let timestamp_without_source = Spec {
+        message: vec![Part::Timestamp, Part::Body],
+        ..hmac_spec("X", "", Algorithm::HmacSha256, Encoding::Hex)
+    };
+    let secret_in_hmac = Spec {
+        message: vec![Part::Secret, Part::Body],
+        ..hmac_spec("X", "", Algorithm::HmacSha256, Encoding::Hex)
+    };
+    let digest_without_secret = Spec {
+        algorithm: Algorithm::DigestSha256,
+        ..hmac_spec("X", "", Algorithm::HmacSha256, Encoding::Hex)
+    };
+    for spec in [timestamp_without_source, secret_in_hmac, digest_without_secret] {
+        let result = Verifier::new(Scheme::single("custom", spec), &[SecretBytes::new("k")], None);
+        assert!(matches!(result, Err(KeyError::Scheme(_))), "{result:?}");
+    }
+    let not_a_key = Verifier::new(Preset::Sendgrid.scheme(), &[SecretBytes::new("c2VjcmV0")], None);
+    assert!(matches!(not_a_key, Err(KeyError::NotPublicKey { index: 0, .. })), "{not_a_key:?}");
+    let not_a_cert = Verifier::new(
+        Preset::AwsSns.scheme(),
+        &[SecretBytes::new("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")],
+        None,
+    );
+    assert!(matches!(not_a_cert, Err(KeyError::NotCertificate { index: 0, .. })), "{not_a_cert:?}");
+}
+
+#[test]
+fn every_preset_is_a_scheme_the_engine_accepts() {
+    for preset in Preset::ALL {
+        let scheme = preset.scheme();
+        assert_eq!(scheme.problems(), Vec::<String>::new(), "{}", preset.name());
+        assert_eq!(Preset::from_name(preset.name()), Some(preset));
+        assert!(
+            !scheme.signature_headers().is_empty() || preset == Preset::AwsSns,
+            "{}",
+            preset.name()
+        );
+    }
+}
+#[test]
 fn no_secret_is_a_configuration_error() {
-    assert_eq!(Verifier::new(Scheme::Github, &[], None).unwrap_err(), KeyError::NoSecret);
+    assert_eq!(Verifier::new(Preset::Github.scheme(), &[], None).unwrap_err(), KeyError::NoSecret);
     assert_eq!(
-        Verifier::new(Scheme::Github, &[SecretBytes::new("a"), SecretBytes::new("")], None)
-            .unwrap_err(),
+        Verifier::new(
+            Preset::Github.scheme(),
+            &[SecretBytes::new("a"), SecretBytes::new("")],
+            None
+        )
+        .unwrap_err(),
         KeyError::Empty { index: 1 }
     );
 }
 
 #[test]
 fn secrets_are_redacted_in_debug() {
-    let text = format!("{:?}", verifier(Scheme::Github, &["hunter2"]));
+    let text = format!("{:?}", verifier(Preset::Github.scheme(), &["hunter2"]));
     assert!(!text.contains("hunter2"), "{text}");
 }
 
@@ -409,14 +562,11 @@ fn secrets_are_redacted_in_debug() {
 /// every test.
 #[test]
 fn hostile_inputs_are_rejected_without_panic() {
-    let schemes = [
-        Scheme::Github,
-        Scheme::Stripe,
-        Scheme::StandardWebhooks,
-        Scheme::Shopify,
-        Scheme::Slack,
-        Scheme::HubspotV3,
-    ];
+    let schemes: Vec<Scheme> = Preset::ALL
+        .into_iter()
+        .filter(|p| !matches!(p, Preset::Sendgrid | Preset::AwsSns))
+        .map(Preset::scheme)
+        .collect();
     let long = "9".repeat(20_000);
     let values = [
         "",
@@ -449,6 +599,17 @@ fn hostile_inputs_are_rejected_without_panic() {
                 "x-slack-request-timestamp",
                 "x-hubspot-signature-v3",
                 "x-hubspot-request-timestamp",
+                "x-hubspot-signature",
+                "x-hubspot-signature-version",
+                "x-twilio-signature",
+                "paddle-signature",
+                "calendly-webhook-signature",
+                "x-square-hmacsha256-signature",
+                "x-zendesk-webhook-signature",
+                "x-zendesk-webhook-signature-timestamp",
+                "x-hub-signature",
+                "authorization",
+                "x-api-key",
             ]
             .iter()
             .map(|n| (*n, value))
@@ -463,50 +624,173 @@ fn hostile_inputs_are_rejected_without_panic() {
     }
 }
 
-/// Signing is the inverse of verifying, for every scheme: what `sign` produces verifies at its
-/// own timestamp, and fails under another secret or with another body.
+/// Signing is the inverse of verifying, for every preset that signs with a shared key: what
+/// `sign` produces verifies at its own timestamp, and fails under another secret or with
+/// another body.
 #[test]
 fn signed_requests_verify_for_every_scheme() {
-    let generic = |signed| {
-        Scheme::Hmac(GenericHmac {
-            header: "X-Sig".into(),
-            prefix: "sha512=".into(),
-            algorithm: Algorithm::Sha512,
-            encoding: Encoding::Base64,
-            signed,
-        })
-    };
-    let schemes = [
-        Scheme::Github,
-        Scheme::Stripe,
-        Scheme::StandardWebhooks,
-        Scheme::Shopify,
-        Scheme::Slack,
-        Scheme::HubspotV3,
-        generic(SignedContent::Body),
-        generic(SignedContent::TimestampAndBody {
-            timestamp_header: "X-Ts".into(),
-            separator: ":".into(),
-        }),
-    ];
+    let mut schemes: Vec<Scheme> = Preset::ALL
+        .into_iter()
+        .filter(|p| !matches!(p, Preset::Sendgrid | Preset::AwsSns))
+        .map(Preset::scheme)
+        .collect();
+    schemes.push(Scheme::single(
+        "custom",
+        Spec {
+            signature: SignatureSource::Field {
+                header: HeaderRef::one("X-Sig"),
+                fields: Fields { separator: ';', assign: '=' },
+                name: "s".into(),
+            },
+            timestamp: Some(TimestampSpec {
+                source: TimestampSource::Field("ts".into()),
+                format: TimestampFormat::UnixMillis,
+                rule: TimestampRule::InclusiveBothWays,
+            }),
+            message: vec![Part::Method, Part::Timestamp, Part::Literal("|".into()), Part::Body],
+            ..hmac_spec("X-Sig", "sha512=", Algorithm::HmacSha512, Encoding::Base64)
+        },
+    ));
+    let form = b"b=2&a=1&a=0";
     for scheme in schemes {
         let signer = verifier(scheme.clone(), &[SW_SECRET]);
+        for body in [&br#"{"a":1}"#[..], form] {
+            let input = SignInput {
+                method: "POST",
+                url: "https://hooks.example.com/hooks/x",
+                body,
+                timestamp_secs: 1_700_000_000,
+                message_id: "msg_1",
+            };
+            let headers: Vec<(String, Vec<u8>)> = signer
+                .sign(&input)
+                .expect("a shared-key scheme signs")
+                .into_iter()
+                .map(|(n, v)| (n, v.into_bytes()))
+                .collect();
+            let request = Request {
+                method: input.method,
+                url: input.url,
+                headers: &headers,
+                body: input.body,
+            };
+            let now = Clock::from_unix_secs(input.timestamp_secs);
+            let name = &scheme.name;
+            assert!(signer.verify(&request, now).is_ok(), "{name}: a signed request must verify");
+            let other = verifier(scheme.clone(), &["whsec_b3RoZXIgc2VjcmV0IGtleSBieXRlcw=="]);
+            assert_eq!(other.verify(&request, now).unwrap_err(), Rejection::NoMatch, "{name}");
+            if scheme.variants[0].spec.algorithm != Algorithm::SharedSecret {
+                let tampered = Request { body: b"a=1&b=3", ..request };
+                assert_eq!(
+                    signer.verify(&tampered, now).unwrap_err(),
+                    Rejection::NoMatch,
+                    "{name}"
+                );
+            }
+        }
+    }
+    let sns = verifier(Preset::SupabaseAuth.scheme(), &[SW_SECRET]);
+    assert!(
+        sns.sign(&SignInput {
+            method: "POST",
+            url: "",
+            body: b"",
+            timestamp_secs: 0,
+            message_id: "m"
+        })
+        .is_ok()
+    );
+}
+
+// sendgrid/sendgrid-go helpers/eventwebhook/eventwebhook_test.go: a key pair and a signed body.
+const SENDGRID_GO_PUBLIC: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA==";
+const SENDGRID_GO_PRIVATE: &str = "MHcCAQEEIEQmZgBEh9DcU9zMl34czK3xov4AYvm9P3r7rNB2dNXtoAoGCCqGSM49AwEHoUQDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA==";
+const SENDGRID_GO_BODY: &[u8] =
+    br#"{"category":"example_payload","event":"test_event","message_id":"message_id"}"#;
+
+#[test]
+fn sendgrid_go_vector_and_signing_with_its_private_key() {
+    let v = verifier(Preset::Sendgrid.scheme(), &[SENDGRID_GO_PUBLIC]);
+    let published = Case::post(
+        vec![
+            ("X-Twilio-Email-Event-Webhook-Timestamp", "1588788367"),
+            (
+                "X-Twilio-Email-Event-Webhook-Signature",
+                "MEUCIQCtIHJeH93Y+qpYeWrySphQgpNGNr/U+UyUlBkU6n7RAwIgJTz2C+8a8xonZGi6BpSzoQsbVRamr2nlxFDWYNH2j/0=",
+            ),
+        ],
+        SENDGRID_GO_BODY,
+        1588788367,
+    );
+    accepts(&v, &published);
+    // sendgrid-nodejs eventwebhook.spec.js: the same signature with one character changed.
+    let changed = published.with_header(
+        "X-Twilio-Email-Event-Webhook-Signature",
+        "MEUCIQCtIHJeH93Y+qpYeWrySphQgpNGNr/U+UyUlBkU6n7RAwIgJTz2C+8a8xonZGi6BpSzoQsbVRamr2nlxFDWYNH3j/0=",
+    );
+    rejects(&v, &changed, "signature_mismatch");
+
+    let private = PrivateKey::parse(SENDGRID_GO_PRIVATE.as_bytes()).expect("sendgrid-go's key");
+    let input = SignInput {
+        method: "POST",
+        url: "",
+        body: b"[{\"event\":\"bounce\"}]\r\n",
+        timestamp_secs: 1_700_000_000,
+        message_id: "",
+    };
+    assert_eq!(v.sign(&input).unwrap_err(), SignError::PublicKey("sendgrid".into()));
+    let signed = v.sign_with(&input, Some(&private)).expect("signs");
+    let headers: Vec<(String, Vec<u8>)> =
+        signed.headers.into_iter().map(|(n, v)| (n, v.into_bytes())).collect();
+    let request = Request { method: "POST", url: "", headers: &headers, body: input.body };
+    assert!(v.verify(&request, Clock::from_unix_secs(1_700_000_000)).is_ok());
+    let other = verifier(Preset::Sendgrid.scheme(), &[SG_OTHER_PUBLIC]);
+    assert_eq!(
+        other.verify(&request, Clock::from_unix_secs(1_700_000_000)),
+        Err(Rejection::NoMatch)
+    );
+}
+
+// sendgrid-nodejs eventwebhook.spec.js "invalid public key".
+const SG_OTHER_PUBLIC: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEqTxd43gyp8IOEto2LdIfjRQrIbsd4SXZkLW6jDutdhXSJCWHw8REntlo7aNDthvj+y7GjUuFDb/R1NGe1OPzpA==";
+
+/// AWS SNS through a key pair made for this test (tests/vectors/test-sns-signing.*): both
+/// signature versions sign and verify, a subscription confirmation signs `SubscribeURL` and
+/// `Token`, and the other version's hash does not verify.
+#[test]
+fn sns_signs_and_verifies_both_versions_with_a_test_certificate() {
+    let certificate = include_str!("../tests/vectors/test-sns-signing.pem");
+    let private = PrivateKey::parse(include_bytes!("../tests/vectors/test-sns-signing.key"))
+        .expect("the test key");
+    let v = verifier(Preset::AwsSns.scheme(), &[certificate]);
+    for version in ["1", "2"] {
+        let body = format!(
+            r#"{{"Type":"SubscriptionConfirmation","MessageId":"m-{version}","Token":"t0k3n","TopicArn":"arn:aws:sns:us-east-2:123456789012:topic","Message":"You have chosen to subscribe","SubscribeURL":"https://sns.us-east-2.amazonaws.com/?Action=ConfirmSubscription","Timestamp":"2026-11-01T12:00:00.000Z","SignatureVersion":"{version}","Signature":""}}"#
+        );
         let input = SignInput {
             method: "POST",
-            url: "https://hooks.example.com/hooks/x",
-            body: br#"{"a":1}"#,
-            timestamp_secs: 1_700_000_000,
-            message_id: "msg_1",
+            url: "",
+            body: body.as_bytes(),
+            timestamp_secs: 0,
+            message_id: "",
         };
-        let headers: Vec<(String, Vec<u8>)> =
-            signer.sign(&input).into_iter().map(|(n, v)| (n, v.into_bytes())).collect();
+        let signed = v.sign_with(&input, Some(&private)).expect("signs");
+        let (pointer, value) = signed.body_field.expect("a body member");
+        assert_eq!(pointer, "/Signature");
+        let body_signed = body.replace(r#""Signature":"""#, &format!(r#""Signature":"{value}""#));
         let request =
-            Request { method: input.method, url: input.url, headers: &headers, body: input.body };
-        let now = Clock::from_unix_secs(input.timestamp_secs);
-        assert!(signer.verify(&request, now).is_ok(), "{scheme:?}: a signed request must verify");
-        let other = verifier(scheme.clone(), &["whsec_b3RoZXIgc2VjcmV0IGtleSBieXRlcw=="]);
-        assert_eq!(other.verify(&request, now).unwrap_err(), Rejection::NoMatch, "{scheme:?}");
-        let tampered = Request { body: br#"{"a":2}"#, ..request };
-        assert_eq!(signer.verify(&tampered, now).unwrap_err(), Rejection::NoMatch, "{scheme:?}");
+            Request { method: "POST", url: "", headers: &[], body: body_signed.as_bytes() };
+        assert!(v.verify(&request, Clock::from_unix_secs(0)).is_ok(), "version {version}");
+        let token_changed = body_signed.replace("t0k3n", "t0k3N");
+        let request = Request { body: token_changed.as_bytes(), ..request };
+        assert_eq!(v.verify(&request, Clock::from_unix_secs(0)), Err(Rejection::NoMatch));
+        let other_version = body_signed.replace(
+            &format!(r#""SignatureVersion":"{version}""#),
+            &format!(r#""SignatureVersion":"{}""#, if version == "1" { "2" } else { "1" }),
+        );
+        let request = Request { body: other_version.as_bytes(), ..request };
+        assert_eq!(v.verify(&request, Clock::from_unix_secs(0)), Err(Rejection::NoMatch));
     }
+    // The published AWS certificate does not verify what the test key signed.
+    assert!(PrivateKey::parse(b"not a key").is_err());
 }

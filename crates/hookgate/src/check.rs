@@ -125,6 +125,29 @@ pub fn load(options: &Options) -> Project {
             diagnostics.push(secret_diagnostic(file, pos, &error, options.secrets));
         }
     }
+    // A secret that is set but cannot be a key of its scheme (a public key that is not one, a
+    // `whsec_` value that is not base64) is an error wherever it is found.
+    for loaded in &pipelines {
+        let compiled = &loaded.compiled;
+        for (reference, pos) in &compiled.secrets {
+            let Ok(secret) = options.resolver.resolve(reference) else { continue };
+            if let Err(error) = compiled.scheme.check_key(&secret) {
+                let span = Span { start: *pos, end: *pos };
+                diagnostics.push(
+                    Diagnostic::error(
+                        &compiled.file,
+                        span,
+                        format!(
+                            "{reference} cannot be used by `{}`: {}",
+                            compiled.scheme.name,
+                            error.reason()
+                        ),
+                    )
+                    .with_hint("check that the value is the one the sender gives for this scheme"),
+                );
+            }
+        }
+    }
     Project { instances, pipelines, diagnostics }
 }
 

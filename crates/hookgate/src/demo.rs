@@ -143,7 +143,7 @@ pub async fn run(options: DemoOptions) -> Result<String> {
         let key = decode_whsec(STANDARD_SECRET)?;
         let ts = t.to_string();
         let mac = compute_mac(
-            Algorithm::Sha256,
+            Algorithm::HmacSha256,
             &key,
             &[b"msg_demo.", ts.as_bytes(), b".", body.as_bytes()],
         );
@@ -327,7 +327,7 @@ impl Delivery {
 }
 
 fn hex_hmac(key: &[u8], parts: &[&[u8]]) -> String {
-    Encoding::Hex.encode(&compute_mac(Algorithm::Sha256, key, parts))
+    Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, key, parts))
 }
 
 fn decode_whsec(secret: &str) -> Result<Vec<u8>> {

@@ -92,6 +92,14 @@ enum Command {
         /// The body, byte for byte.
         #[arg(long)]
         body: PathBuf,
+        /// Take the secret from this fixture's `secrets` instead of the environment.
+        #[arg(long)]
+        fixture: Option<PathBuf>,
+        /// For public-key schemes (SendGrid, AWS SNS): the sender's private key (PEM or base64
+        /// DER), which hookgate otherwise never holds; the pipeline's secret is then its
+        /// public key or certificate, used to check the result.
+        #[arg(long)]
+        private_key: Option<PathBuf>,
         /// Unix seconds to sign at.
         #[arg(long)]
         timestamp: Option<i64>,
@@ -280,10 +288,22 @@ impl WorkArgs {
 fn main() -> ExitCode {
     hookgate_connector_http::install_crypto_provider();
     let cli = Cli::parse();
-    if let Command::Sign { pipeline, body, timestamp, message_id, url, method } = &cli.command {
+    if let Command::Sign {
+        pipeline,
+        body,
+        fixture,
+        private_key,
+        timestamp,
+        message_id,
+        url,
+        method,
+    } = &cli.command
+    {
         let input = hookgate::sign::Input {
             pipeline,
             body,
+            fixture: fixture.as_deref(),
+            private_key: private_key.as_deref(),
             timestamp: *timestamp,
             message_id,
             url,

@@ -2,12 +2,16 @@
 //! any error or unset secret), connect to the store, then run the intake server, the delivery
 //! workers and the retention sweeper until SIGTERM or Ctrl-C.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use hookgate_engine::{Gateway, ServedPipeline, Worker, WorkerConfig, now_ms};
+use hookgate_connector_http::HttpSettings;
+use hookgate_engine::{Gateway, KeyFetcher, ServedPipeline, Worker, WorkerConfig, now_ms};
 use hookgate_pipeline::Instances;
 use hookgate_server::ServerConfig;
 use hookgate_store::{Store, StoreOptions};
@@ -205,9 +209,20 @@ async fn build_gateway(options: &ServeOptions) -> Result<(Gateway, Instances)> {
             .map(|(reference, _)| options.resolver.resolve(reference))
             .collect::<Result<Vec<_>, _>>()
             .with_context(|| format!("pipeline `{}`", compiled.name))?;
-        let verifier = Verifier::new(compiled.scheme.clone(), &secrets, compiled.tolerance_secs)
-            .with_context(|| format!("pipeline `{}`: unusable secret", compiled.name))?;
-        served.push(ServedPipeline::new(compiled, verifier));
+        // With `fetch_keys`, deliveries name their key and configured secrets are optional.
+        let verifier = if secrets.is_empty() && compiled.key_fetch.is_some() {
+            None
+        } else {
+            Some(
+                Verifier::new(compiled.scheme.clone(), &secrets, compiled.tolerance_secs)
+                    .with_context(|| format!("pipeline `{}`: unusable secret", compiled.name))?,
+            )
+        };
+        let fetcher = match compiled.key_fetch {
+            Some(_) => Some(Arc::new(HttpKeyFetcher::new()?) as Arc<dyn KeyFetcher>),
+            None => None,
+        };
+        served.push(ServedPipeline::with_keys(compiled, verifier, fetcher));
     }
     let store = open_store(&options.database_url, &options.store).await?;
     Ok((Gateway::new(store, served), instances))
@@ -250,4 +265,47 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutdown requested: finishing requests and calls in flight");
+}
+
+/// Signing keys fetched over the shared outbound HTTP client: short timeouts and a small
+/// bound, since a key is a few kilobytes and the sender waits for the answer.
+#[derive(Debug)]
+struct HttpKeyFetcher {
+    client: reqwest::Client,
+    settings: HttpSettings,
+}
+
+impl HttpKeyFetcher {
+    fn new() -> Result<HttpKeyFetcher> {
+        let settings = HttpSettings {
+            connect_timeout_ms: 2_000,
+            request_timeout_ms: 5_000,
+            response_bytes_max: KEY_BYTES_MAX,
+        };
+        Ok(HttpKeyFetcher { client: hookgate_connector_http::client(&settings)?, settings })
+    }
+}
+
+/// A certificate is a few kilobytes; anything larger is not one.
+const KEY_BYTES_MAX: usize = 64 * 1024;
+
+impl KeyFetcher for HttpKeyFetcher {
+    fn fetch<'a>(
+        &'a self,
+        url: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let response = hookgate_connector_http::send(self.client.get(url), &self.settings)
+                .await
+                .map_err(|e| format!("cannot fetch {url}: {e}"))?;
+            if response.status != 200 || response.truncated {
+                return Err(format!(
+                    "cannot fetch {url}: status {}{}",
+                    response.status,
+                    if response.truncated { ", answer too large" } else { "" }
+                ));
+            }
+            Ok(response.body.into_bytes())
+        })
+    }
 }

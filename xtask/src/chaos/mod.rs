@@ -196,7 +196,7 @@ fn plan(options: &Options, rng: &mut StdRng) -> Vec<PlannedEvent> {
             r#"{{"id":"{key}","customer":"{entity}","seq":{version},"status":"s{version}"}}"#
         )
         .into_bytes();
-        let mac = compute_mac(Algorithm::Sha256, SECRET.as_bytes(), &[&body]);
+        let mac = compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]);
         let signature = format!("sha256={}", Encoding::Hex.encode(&mac));
         let copies = rng.random_range(1..=options.deliveries_max);
         events.push(PlannedEvent { key, entity, version, body, signature, copies });
