@@ -603,7 +603,7 @@ fn signature_header(
 }
 
 /// Which of the scheme-describing fields of `signature` are given.
-fn given_fields(signature: &SignatureConfig) -> [(&'static str, bool); 17] {
+fn given_fields(signature: &SignatureConfig) -> [(&'static str, bool); 18] {
     [
         ("header", signature.header.is_some()),
         ("prefix", signature.prefix.is_some()),
@@ -619,6 +619,7 @@ fn given_fields(signature: &SignatureConfig) -> [(&'static str, bool); 17] {
         ("message", signature.message.is_some()),
         ("key_format", signature.key_format.is_some()),
         ("body_digest_param", signature.body_digest_param.is_some()),
+        ("url_port_variants", signature.url_port_variants.is_some()),
         ("require_body", signature.require_body.is_some()),
         ("variants", signature.variants.is_some()),
         ("key_url_field", signature.key_url_field.is_some()),
@@ -682,6 +683,7 @@ fn hmac_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Schem
             message,
             require_body: false,
             body_digest_param: None,
+            url_port_variants: false,
         },
     ))
 }
@@ -718,6 +720,7 @@ struct SpecFields<'a> {
     message: Option<&'a Vec<MessagePart>>,
     key_format: Option<KeyFormatName>,
     body_digest_param: Option<&'a String>,
+    url_port_variants: Option<bool>,
     require_body: Option<bool>,
 }
 
@@ -736,6 +739,7 @@ fn custom_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Sch
             message: signature.message.as_ref(),
             key_format: signature.key_format,
             body_digest_param: signature.body_digest_param.as_ref(),
+            url_port_variants: signature.url_port_variants,
             require_body: signature.require_body,
         };
         let spec = custom_spec(c, &path!["signature"], &top)?;
@@ -773,6 +777,7 @@ fn custom_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Sch
             message: variant.message.as_ref(),
             key_format: variant.key_format,
             body_digest_param: variant.body_digest_param.as_ref(),
+            url_port_variants: variant.url_port_variants,
             require_body: variant.require_body,
         };
         let spec = custom_spec(c, &base, &fields);
@@ -1056,6 +1061,7 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
         message,
         require_body: spec.require_body.unwrap_or(false),
         body_digest_param: spec.body_digest_param.cloned(),
+        url_port_variants: spec.url_port_variants.unwrap_or(false),
     };
     if failed {
         return None;

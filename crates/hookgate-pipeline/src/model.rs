@@ -188,6 +188,10 @@ pub struct SignatureConfig {
     /// which must match the body (Twilio's `bodySHA256`).
     #[serde(default)]
     pub body_digest_param: Option<String>,
+    /// `custom`: if the signature does not hold over the URL as received, try it with the port
+    /// removed or the scheme's default port added (Twilio).
+    #[serde(default)]
+    pub url_port_variants: Option<bool>,
     /// `custom`: an empty body is refused before anything else.
     #[serde(default)]
     pub require_body: Option<bool>,
@@ -262,6 +266,8 @@ pub struct VariantConfig {
     pub key_format: Option<KeyFormatName>,
     #[serde(default)]
     pub body_digest_param: Option<String>,
+    #[serde(default)]
+    pub url_port_variants: Option<bool>,
     #[serde(default)]
     pub require_body: Option<bool>,
 }

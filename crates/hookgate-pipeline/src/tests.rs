@@ -312,3 +312,23 @@ fn key_urls_are_allowed_only_on_https_from_listed_hosts() {
         assert!(fetch.allows(refused).is_err(), "{refused:?} must be refused");
     }
 }
+
+#[test]
+fn urldecode_follows_form_encoding() {
+    let env = crate::template::environment();
+    let render = |template: &str| env.render_str(template, minijinja::context! {}).unwrap();
+    assert_eq!(render("{{ 'a%2Bb+c%20d' | urldecode }}"), "a+b c d");
+    assert_eq!(render("{{ 'x%26y%3Dz' | urldecode }}"), "x&y=z");
+    assert_eq!(render("{{ 'a&b=c' | urldecode }}"), "a&b=c", "a raw `&` or `=` is kept");
+    assert_eq!(render("{{ '%E2%82%AC %ZZ %ff' | urldecode }}"), "€ %ZZ \u{fffd}");
+}
+
+#[test]
+fn form_bodies_keep_repeated_names_in_order() {
+    let payload =
+        crate::evaluate::form_payload(b"To=%2B1800&Digits=5678&Digits=1234&Body=Hi+there&Empty=");
+    assert_eq!(
+        payload,
+        serde_json::json!({"To": "+1800", "Digits": ["5678", "1234"], "Body": "Hi there", "Empty": ""})
+    );
+}

@@ -216,7 +216,23 @@ impl Verifier {
             });
         }
 
-        let index = self.match_any(spec.algorithm, &message, &candidates)?;
+        let mut matched = self.match_any(spec.algorithm, &message, &candidates);
+        if matched.is_err() && spec.url_port_variants {
+            // Twilio's validators accept the URL with its port removed or the scheme's
+            // default port added, since proxies on the way may do either.
+            for url in port_variants(request.url) {
+                for (part, slot) in spec.message.iter().zip(message.iter_mut()) {
+                    if *part == Part::Url {
+                        *slot = Some(Cow::Owned(url.clone().into_bytes()));
+                    }
+                }
+                matched = self.match_any(spec.algorithm, &message, &candidates);
+                if matched.is_ok() {
+                    break;
+                }
+            }
+        }
+        let index = matched?;
 
         if let Some(param) = &spec.body_digest_param {
             let claimed = query_param(request.url, param)
@@ -250,6 +266,7 @@ impl Verifier {
             return Err(Rejection::TimestampTooOld {
                 age_secs: age_ms / 1000,
                 tolerance_secs: self.tolerance_secs,
+                strict: rule == TimestampRule::StrictPastInclusiveFuture,
             });
         }
         if rule != TimestampRule::PastOnly && -age_ms > tolerance_ms {
@@ -409,6 +426,33 @@ fn parse_timestamp(text: &str, format: TimestampFormat, where_: &str) -> Result<
             Ok(i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX))
         }
     }
+}
+
+/// `url` with its port removed, and with the scheme's default port added where it has none;
+/// the variants that differ from `url`.
+fn port_variants(url: &str) -> Vec<String> {
+    let Some((scheme, rest)) = url.split_once("://") else { return Vec::new() };
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "https" => "443",
+        "http" => "80",
+        _ => return Vec::new(),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    // A bracketed IPv6 host keeps its colons; only a `:port` after it is a port.
+    let host_end = if authority.starts_with('[') {
+        authority.find(']').map(|i| i + 1).unwrap_or(authority.len())
+    } else {
+        authority.find(':').unwrap_or(authority.len())
+    };
+    let (host, port) = authority.split_at(host_end);
+    let mut variants = Vec::new();
+    if port.is_empty() {
+        variants.push(format!("{scheme}://{host}:{default_port}{tail}"));
+    } else {
+        variants.push(format!("{scheme}://{host}{tail}"));
+    }
+    variants
 }
 
 /// Twilio's form rule: parameters sorted by name, then value; each name then value, decoded.
@@ -692,5 +736,21 @@ impl Scheme {
             }
         }
         problems
+    }
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::port_variants;
+
+    #[test]
+    fn port_variants_remove_a_port_or_add_the_default() {
+        assert_eq!(port_variants("https://a.example/x?p=1:2"), ["https://a.example:443/x?p=1:2"]);
+        assert_eq!(port_variants("http://a.example"), ["http://a.example:80"]);
+        assert_eq!(port_variants("https://a.example:8443/x"), ["https://a.example/x"]);
+        assert_eq!(port_variants("https://[::1]:8443/x"), ["https://[::1]/x"]);
+        assert_eq!(port_variants("https://[::1]/x"), ["https://[::1]:443/x"]);
+        assert!(port_variants("ftp://a.example/x").is_empty());
+        assert!(port_variants("not a url").is_empty());
     }
 }

@@ -143,8 +143,11 @@ pub enum Rejection {
     MissingHeader(String),
     #[error("malformed header `{header}`: {reason}")]
     MalformedHeader { header: String, reason: String },
-    #[error("timestamp {age_secs} s old, past the {tolerance_secs} s tolerance")]
-    TimestampTooOld { age_secs: i64, tolerance_secs: u32 },
+    #[error(
+        "timestamp {age_secs} s old, {} the {tolerance_secs} s tolerance",
+        if *strict { "not strictly under (this sender's rule)" } else { "past" }
+    )]
+    TimestampTooOld { age_secs: i64, tolerance_secs: u32, strict: bool },
     #[error("timestamp {ahead_secs} s in the future, past the {tolerance_secs} s tolerance")]
     TimestampTooNew { ahead_secs: i64, tolerance_secs: u32 },
     #[error("no signature matches any configured secret")]

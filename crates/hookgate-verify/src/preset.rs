@@ -177,6 +177,7 @@ impl Preset {
             }
             Preset::Twilio => {
                 let twilio = |message, body_digest_param| Spec {
+                    url_port_variants: true,
                     algorithm: Algorithm::HmacSha1,
                     encoding: Encoding::Base64,
                     message,
@@ -257,6 +258,7 @@ impl Preset {
                         )],
                         require_body: true,
                         body_digest_param: None,
+                        url_port_variants: false,
                     },
                 };
                 Scheme {
@@ -294,6 +296,7 @@ fn body_hmac(header: &str, prefix: &str) -> Spec {
         message: vec![Part::Body],
         require_body: false,
         body_digest_param: None,
+        url_port_variants: false,
     }
 }
 

@@ -58,6 +58,9 @@ pub struct Spec {
     /// A SHA-256 of the body, in hex, carried in this query parameter of the signed URL
     /// (Twilio's JSON webhooks): checked as well as the signature.
     pub body_digest_param: Option<String>,
+    /// If the signature does not hold over the URL as received, try it with the port removed,
+    /// or with the scheme's default port added (Twilio's validators do).
+    pub url_port_variants: bool,
 }
 
 /// A header by name; the first of several alternative names that is present is used (Svix's

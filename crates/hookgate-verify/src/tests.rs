@@ -357,6 +357,7 @@ fn hmac_spec(header: &str, prefix: &str, algorithm: Algorithm, encoding: Encodin
         message: vec![Part::Body],
         require_body: false,
         body_digest_param: None,
+        url_port_variants: false,
     }
 }
 
