@@ -182,7 +182,7 @@ fn every_preset_written_out_verifies_the_same_fixtures() {
         checked.push(name);
     }
     checked.sort();
-    assert_eq!(checked.len(), 22, "{checked:?}");
+    assert_eq!(checked.len(), 23, "{checked:?}");
 }
 
 /// One breakage of a shipped file, and the diagnostic it must produce.

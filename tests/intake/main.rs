@@ -660,6 +660,16 @@ async fn url_signed_senders_verify_against_the_public_url() {
     std::fs::write(dir.path().join("twilio-unset.yaml"), unset).unwrap();
     std::fs::copy(root().join("pipelines/senders/square.yaml"), dir.path().join("square.yaml"))
         .unwrap();
+    let twilio_json =
+        std::fs::read_to_string(root().join("pipelines/senders/twilio-json.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("twilio-json.yaml"),
+        twilio_json.replace(
+            "# public_url: https://hooks.example.com/hooks/twilio-json",
+            "public_url: https://mycompany.com/myapp.php",
+        ),
+    )
+    .unwrap();
     let server = ServerBuilder::new(database.url())
         .pipelines(dir.path().to_path_buf())
         .arg("--public-url")
@@ -705,7 +715,7 @@ async fn url_signed_senders_verify_against_the_public_url() {
     // JSON bodies: the URL carries the body's SHA-256 (twilio-python test_validate_body).
     let json_body = br#"{"property": "value", "boolean": true}"#;
     let digest = "0a1ff7634d9ab3b95db5c9a2dfe9416e41502b283a80c7cf19632632f96e6620";
-    let json_path = format!("/hooks/twilio?foo=1&bar=2&bodySHA256={digest}");
+    let json_path = format!("/hooks/twilio-json?foo=1&bar=2&bodySHA256={digest}");
     let response = post(
         &json_path,
         "application/json",
@@ -752,7 +762,8 @@ async fn url_signed_senders_verify_against_the_public_url() {
     // nothing behind but their codes.
     let store = database.store().await;
     let events = store.events("twilio").await.unwrap();
-    assert_eq!(events.len(), 2, "the form and the JSON delivery");
+    assert_eq!(events.len(), 1, "the form delivery");
+    assert_eq!(store.events("twilio-json").await.unwrap().len(), 1, "the JSON delivery");
     let form_event = events.iter().find(|e| e.body == form).expect("the form event");
     let outbox = store.outbox_for(form_event.id).await.unwrap();
     assert_eq!(outbox.len(), 1);
@@ -762,7 +773,7 @@ async fn url_signed_senders_verify_against_the_public_url() {
     let metrics = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for line in [
         r#"hookgate_signature_rejections_total{pipeline="twilio",code="signature_mismatch"} 1"#,
-        r#"hookgate_signature_rejections_total{pipeline="twilio",code="body_digest_mismatch"} 1"#,
+        r#"hookgate_signature_rejections_total{pipeline="twilio-json",code="body_digest_mismatch"} 1"#,
         r#"hookgate_signature_rejections_total{pipeline="twilio-unset",code="signature_mismatch"} 1"#,
     ] {
         assert!(metrics.contains(line), "`{line}` missing from\n{metrics}");
@@ -772,7 +783,8 @@ async fn url_signed_senders_verify_against_the_public_url() {
     database.cleanup().await;
 }
 
-/// A loopback server for SNS signing certificates: `/good.pem` is AWS's certificate of the
+/// A loopback server for SNS signing certificates: `/SimpleNotificationService-0123abcd.pem`
+/// is AWS's certificate of the
 /// published vectors, anything else is a 404. Counts the requests it answers.
 async fn certificate_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     let certificate =
@@ -791,7 +803,7 @@ async fn certificate_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
                 let mut request = vec![0u8; 4096];
                 let read = socket.read(&mut request).await.unwrap_or(0);
                 let head = String::from_utf8_lossy(&request[..read]).into_owned();
-                let answer = if head.starts_with("GET /good.pem ") {
+                let answer = if head.starts_with("GET /SimpleNotificationService-0123abcd.pem ") {
                     format!(
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{certificate}",
                         certificate.len()
@@ -842,7 +854,7 @@ async fn sns_certificates_are_fetched_from_allowed_hosts_only_and_kept() {
             .body(body)
             .send()
     };
-    let good = format!("{base}/good.pem");
+    let good = format!("{base}/SimpleNotificationService-0123abcd.pem");
     let fetches = || served.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(send(message("sha1.json", &good)).await.unwrap().status(), StatusCode::ACCEPTED);
     assert_eq!(fetches(), 1);
@@ -857,13 +869,17 @@ async fn sns_certificates_are_fetched_from_allowed_hosts_only_and_kept() {
         send(message("sha1.json", &other_host)).await.unwrap().status(),
         StatusCode::UNAUTHORIZED
     );
-    let not_pem = format!("{base}/good.txt");
-    assert_eq!(
-        send(message("sha1.json", &not_pem)).await.unwrap().status(),
-        StatusCode::UNAUTHORIZED
-    );
+    for not_a_certificate in [
+        "good.txt",
+        "SimpleNotificationService-evil.pem",
+        "x/SimpleNotificationService-0123abcd.pem",
+    ] {
+        let url = format!("{base}/{not_a_certificate}");
+        let status = send(message("sha1.json", &url)).await.unwrap().status();
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{not_a_certificate}");
+    }
     assert_eq!(fetches(), 1, "a host or file the pipeline does not allow is never fetched");
-    let missing = format!("{base}/missing.pem");
+    let missing = format!("{base}/SimpleNotificationService-0404.pem");
     let response = send(message("sha1.json", &missing)).await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(fetches(), 2);
@@ -872,7 +888,7 @@ async fn sns_certificates_are_fetched_from_allowed_hosts_only_and_kept() {
     assert_eq!(store.events("aws-sns").await.unwrap().len(), 2);
     let metrics = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for line in [
-        r#"hookgate_signature_rejections_total{pipeline="aws-sns",code="untrusted_key"} 2"#,
+        r#"hookgate_signature_rejections_total{pipeline="aws-sns",code="untrusted_key"} 4"#,
         r#"hookgate_signature_rejections_total{pipeline="aws-sns",code="signature_mismatch"} 1"#,
         r#"hookgate_deliveries_total{pipeline="aws-sns",outcome="key_unavailable"} 1"#,
     ] {

@@ -8,8 +8,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hookgate_pipeline::KeyFetch;
-use hookgate_verify::{Rejection, Request, Scheme, SecretBytes, Verifier};
+use hookgate_pipeline::{CompiledPipeline, KeyFetch};
+use hookgate_verify::{Rejection, Request, SecretBytes, Verifier};
 
 /// Keys kept at most; a sender rotates rarely, so more are an attack on memory.
 pub const FETCHED_KEYS_MAX: usize = 32;
@@ -25,11 +25,24 @@ pub trait KeyFetcher: Send + Sync {
     ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send + 'a>>;
 }
 
+/// Fetches in flight at most, over every pipeline's deliveries: a flood naming new URLs is
+/// answered 503 rather than queued.
+pub const FETCHES_IN_FLIGHT_MAX: usize = 4;
+/// How long a URL that could not be fetched is not tried again.
+pub const FAILED_FETCH_TTL: Duration = Duration::from_secs(60);
+
 /// A pipeline's fetched keys.
 pub struct FetchedKeys {
     config: KeyFetch,
     fetcher: Arc<dyn KeyFetcher>,
-    cache: Mutex<HashMap<String, (Arc<Verifier>, Instant)>>,
+    cache: Mutex<HashMap<String, (Cached, Instant)>>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+#[derive(Clone)]
+enum Cached {
+    Key(Arc<Verifier>),
+    Failed(String),
 }
 
 impl std::fmt::Debug for FetchedKeys {
@@ -49,14 +62,18 @@ pub enum KeyProblem {
 
 impl FetchedKeys {
     pub fn new(config: KeyFetch, fetcher: Arc<dyn KeyFetcher>) -> FetchedKeys {
-        FetchedKeys { config, fetcher, cache: Mutex::new(HashMap::new()) }
+        FetchedKeys {
+            config,
+            fetcher,
+            cache: Mutex::new(HashMap::new()),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(FETCHES_IN_FLIGHT_MAX)),
+        }
     }
 
     /// The verifier for the key `request`'s body names, fetched or from the cache.
     pub async fn verifier_for(
         &self,
-        scheme: &Scheme,
-        tolerance_secs: Option<u32>,
+        pipeline: &CompiledPipeline,
         request: &Request<'_>,
     ) -> Result<Arc<Verifier>, KeyProblem> {
         let url = key_url(request.body, &self.config.field).ok_or_else(|| {
@@ -68,32 +85,53 @@ impl FetchedKeys {
         self.config
             .allows(&url)
             .map_err(|why| KeyProblem::Refused(Rejection::UntrustedKey(why)))?;
-        if let Some(verifier) = self.cached(&url) {
-            return Ok(verifier);
+        match self.cached(&url) {
+            Some(Cached::Key(verifier)) => return Ok(verifier),
+            Some(Cached::Failed(why)) => return Err(KeyProblem::Unavailable(why)),
+            None => {}
         }
-        let bytes = self.fetcher.fetch(&url).await.map_err(KeyProblem::Unavailable)?;
-        let verifier = Verifier::new(scheme.clone(), &[SecretBytes::new(bytes)], tolerance_secs)
-            .map_err(|e| KeyProblem::Unavailable(format!("the key at {url}: {e}")))?;
-        let verifier = Arc::new(verifier);
-        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if cache.len() >= FETCHED_KEYS_MAX {
-            // Forget the oldest: the cache stays bounded whatever URLs deliveries name.
-            if let Some(oldest) =
-                cache.iter().min_by_key(|(_, (_, at))| *at).map(|(url, _)| url.clone())
-            {
-                cache.remove(&oldest);
-            }
-        }
-        cache.insert(url, (Arc::clone(&verifier), Instant::now()));
-        Ok(verifier)
+        let Ok(_permit) = self.in_flight.try_acquire() else {
+            return Err(KeyProblem::Unavailable("too many signing keys being fetched".into()));
+        };
+        let fetched = match self.fetcher.fetch(&url).await {
+            Ok(bytes) => pipeline
+                .verifier(&[SecretBytes::new(bytes)])
+                .map(Arc::new)
+                .map_err(|e| format!("the key at {url}: {e}")),
+            Err(why) => Err(why),
+        };
+        let entry = match &fetched {
+            Ok(verifier) => Cached::Key(Arc::clone(verifier)),
+            Err(why) => Cached::Failed(why.clone()),
+        };
+        self.remember(url, entry);
+        fetched.map_err(KeyProblem::Unavailable)
     }
 
-    fn cached(&self, url: &str) -> Option<Arc<Verifier>> {
+    fn remember(&self, url: String, entry: Cached) {
+        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if cache.len() >= FETCHED_KEYS_MAX {
+            // Forget failures first, then the oldest: the cache stays bounded whatever URLs
+            // deliveries name.
+            let victim = cache
+                .iter()
+                .min_by_key(|(_, (cached, at))| (matches!(cached, Cached::Key(_)), *at))
+                .map(|(url, _)| url.clone());
+            if let Some(victim) = victim {
+                cache.remove(&victim);
+            }
+        }
+        cache.insert(url, (entry, Instant::now()));
+    }
+
+    fn cached(&self, url: &str) -> Option<Cached> {
         let cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        cache
-            .get(url)
-            .filter(|(_, at)| at.elapsed() < FETCHED_KEY_TTL)
-            .map(|(verifier, _)| Arc::clone(verifier))
+        let (cached, at) = cache.get(url)?;
+        let ttl = match cached {
+            Cached::Key(_) => FETCHED_KEY_TTL,
+            Cached::Failed(_) => FAILED_FETCH_TTL,
+        };
+        (at.elapsed() < ttl).then(|| cached.clone())
     }
 }
 

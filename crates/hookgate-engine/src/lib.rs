@@ -228,14 +228,7 @@ impl Gateway {
                 // A delivery naming a key is checked with that key; without one, with the
                 // configured keys, if any.
                 let template = configured.as_ref();
-                match fetched
-                    .verifier_for(
-                        &pipeline.compiled.scheme,
-                        pipeline.compiled.tolerance_secs,
-                        &request,
-                    )
-                    .await
-                {
+                match fetched.verifier_for(&pipeline.compiled, &request).await {
                     Ok(verifier) => verifier.verify(&request, now),
                     Err(KeyProblem::Refused(rejection)) => match template {
                         Some(configured) if matches!(rejection, Rejection::MalformedBody(_)) => {

@@ -12,9 +12,9 @@ use minijinja::Environment;
 
 use crate::diagnostic::{Diagnostic, Pos, Span, suggestion};
 use crate::model::{
-    ConditionConfig, ConnectorInstance, ConnectorKind, DigestEncoding, FieldsConfig, Fingerprint,
-    HeaderNames, InstancesFile, KeyFormatName, MessagePart, Operation, Pipeline, Provider,
-    SchemeName, SecretRef, SignatureAlgorithm, SignatureConfig, SignedPart, Target,
+    BodyFormat, ConditionConfig, ConnectorInstance, ConnectorKind, DigestEncoding, FieldsConfig,
+    Fingerprint, HeaderNames, InstancesFile, KeyFormatName, MessagePart, Operation, Pipeline,
+    Provider, SchemeName, SecretRef, SignatureAlgorithm, SignatureConfig, SignedPart, Target,
     TimestampConfig, TimestampFormatName, TimestampRuleName, ValueSource, VersionType,
 };
 use crate::template::{self, BUILTIN_FUNCTIONS, EVENT_VARIABLES, REQUEST_VARIABLES};
@@ -38,6 +38,10 @@ pub struct CompiledPipeline {
     pub public_url: Option<String>,
     /// Where signing keys may be fetched from, for schemes whose deliveries name their key.
     pub key_fetch: Option<KeyFetch>,
+    /// For schemes whose key senders share (AWS SNS): the senders trusted.
+    pub senders: Vec<String>,
+    /// How the body is read; `None`: as its `Content-Type` says.
+    pub body_format: Option<BodyFormat>,
     /// With the position of each reference, for "unset secret" diagnostics.
     pub secrets: Vec<(SecretRef, Pos)>,
     pub key: CompiledSource,
@@ -301,6 +305,12 @@ pub(crate) fn check_pipeline(
         u32::try_from(t.0.as_secs()).unwrap_or(u32::MAX)
     });
     let key_fetch = check_key_fetch(&mut c, &model.signature, scheme.as_ref());
+    let senders = check_senders(&mut c, &model.signature, scheme.as_ref());
+    let body_format = model.body_format.or_else(|| match model.signature.scheme {
+        Some(SchemeName::Preset(preset)) => preset_body_format(preset),
+        Some(_) => None,
+        None => model.provider.and_then(|p| preset_body_format(p.scheme())),
+    });
     if model.signature.secrets.is_empty() && key_fetch.is_none() {
         c.error_at_key(&path!["signature", "secrets"], "at least one secret is needed").hint =
             Some("a pipeline without a secret would accept anyone's deliveries; add `- env: SOME_VARIABLE`".into());
@@ -444,6 +454,8 @@ pub(crate) fn check_pipeline(
         tolerance_secs,
         public_url,
         key_fetch,
+        senders,
+        body_format,
         secrets,
         key,
         scope,
@@ -525,6 +537,19 @@ fn check_signature(
         SchemeName::Custom => custom_scheme(c, signature)?,
         SchemeName::Preset(preset) => preset.scheme(),
     };
+    if scheme.variants.iter().any(|v| {
+        v.spec.algorithm == Algorithm::DigestSha256 && v.spec.message.first() == Some(&Part::Secret)
+    }) {
+        let span = c.doc.key_span(&path!["signature"]);
+        c.diagnostics.push(
+            Diagnostic::warning(
+                c.file,
+                span,
+                format!("`{}` accepts a SHA-256 of the secret followed by the content: whoever has seen one delivery can append to its body and compute a valid signature, and nothing dates it, so it can be replayed", name.as_str()),
+            )
+            .with_hint("prefer an HMAC with a timestamp (for HubSpot, `hubspot-v3`); if the sender offers nothing else, set `body_format` so appended bytes cannot become new fields"),
+        );
+    }
     if signature.tolerance.is_some() && !scheme.has_timestamp() {
         let span = c.doc.key_span(&path!["signature", "tolerance"]);
         let message =
@@ -534,8 +559,50 @@ fn check_signature(
     Some(scheme)
 }
 
-/// Hosts AWS SNS serves its signing certificates from.
-const SNS_CERTIFICATE_HOSTS: [&str; 2] = ["sns.*.amazonaws.com", "sns.*.amazonaws.com.cn"];
+/// Hosts AWS SNS serves its signing certificates from: its regional endpoints only (a bare `*`
+/// would also match S3's `sns.s3-….amazonaws.com`, where anyone may own a bucket).
+const SNS_CERTIFICATE_HOSTS: [&str; 2] =
+    ["sns.{region}.amazonaws.com", "sns.{region}.amazonaws.com.cn"];
+
+/// The body kind a sender documents, where it has one.
+fn preset_body_format(preset: Preset) -> Option<BodyFormat> {
+    match preset {
+        Preset::Twilio => Some(BodyFormat::Form),
+        // GitHub may post forms (`payload=`), Slack posts commands as forms and events as JSON.
+        Preset::Github | Preset::Slack => None,
+        _ => Some(BodyFormat::Json),
+    }
+}
+
+fn check_senders(
+    c: &mut Checker<'_>,
+    signature: &SignatureConfig,
+    scheme: Option<&Scheme>,
+) -> Vec<String> {
+    let Some(scheme) = scheme else { return Vec::new() };
+    match (&scheme.sender_field, &signature.senders) {
+        (Some(_), None) => {
+            c.error_at_key(&path!["signature"], format!("`{}` needs `senders`", scheme.name)).hint =
+                Some("everyone with an account signs with the same key; list the senders to trust, e.g. `senders: [arn:aws:sns:us-east-2:123456789012:orders]`".into());
+            Vec::new()
+        }
+        (Some(_), Some(senders)) => {
+            if senders.is_empty() {
+                c.error(
+                    &path!["signature", "senders"],
+                    "`senders` is empty, so every delivery would be refused",
+                );
+            }
+            senders.clone()
+        }
+        (None, Some(_)) => {
+            c.error_at_key(&path!["signature", "senders"], format!("`{}` signs no sender to check", scheme.name))
+                .hint = Some("`senders` is for schemes whose key senders share (AWS SNS); `scheme: custom` names the member with `sender_field`".into());
+            Vec::new()
+        }
+        (None, None) => Vec::new(),
+    }
+}
 
 fn check_key_fetch(
     c: &mut Checker<'_>,
@@ -561,22 +628,22 @@ fn check_key_fetch(
         }
     };
     for (i, host) in hosts.iter().enumerate() {
-        let valid = !host.is_empty()
-            && host.split('.').all(|label| {
-                label == "*"
-                    || (!label.is_empty()
-                        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-            })
-            && host.split('.').any(|label| label != "*");
+        let literal = |label: &str| {
+            !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        let labels: Vec<&str> = host.split('.').collect();
+        let valid = labels.iter().all(|l| *l == "*" || *l == "{region}" || literal(l))
+            // A domain of its own at the end: `*.com` would trust anyone.
+            && labels.len() >= 2
+            && labels.iter().rev().take(2).all(|l| literal(l));
         if !valid {
-            c.error(
-                &join(&at, &path!["hosts", i]),
-                format!("`{host}` is not a host name pattern"),
-            )
-            .hint = Some("DNS labels, or `*` for one label, e.g. `sns.*.amazonaws.com`".into());
+            c.error(&join(&at, &path!["hosts", i]), format!("`{host}` is not a host name pattern"))
+                .hint = Some("DNS labels, `*` for one label or `{region}` for an AWS region, ending in a domain of its own, e.g. `sns.{region}.amazonaws.com`".into());
         }
     }
-    Some(KeyFetch { field, hosts })
+    let file_prefix =
+        scheme.filter(|s| s.name == "aws-sns").map(|_| "SimpleNotificationService-".to_owned());
+    Some(KeyFetch { field, hosts, file_prefix })
 }
 
 fn signature_header(
@@ -603,7 +670,7 @@ fn signature_header(
 }
 
 /// Which of the scheme-describing fields of `signature` are given.
-fn given_fields(signature: &SignatureConfig) -> [(&'static str, bool); 18] {
+fn given_fields(signature: &SignatureConfig) -> [(&'static str, bool); 19] {
     [
         ("header", signature.header.is_some()),
         ("prefix", signature.prefix.is_some()),
@@ -623,6 +690,7 @@ fn given_fields(signature: &SignatureConfig) -> [(&'static str, bool); 18] {
         ("require_body", signature.require_body.is_some()),
         ("variants", signature.variants.is_some()),
         ("key_url_field", signature.key_url_field.is_some()),
+        ("sender_field", signature.sender_field.is_some()),
     ]
 }
 
@@ -745,11 +813,12 @@ fn custom_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Sch
         let spec = custom_spec(c, &path!["signature"], &top)?;
         let mut scheme = Scheme::single("custom", spec);
         scheme.key_url_field = signature.key_url_field.clone();
+        scheme.sender_field = signature.sender_field.clone();
         return Some(scheme);
     };
     // A rule's own fields; the rest of `signature` (secrets, tolerance, …) is shared.
-    const NOT_RULE: [&str; 5] =
-        ["signed", "timestamp_header", "separator", "variants", "key_url_field"];
+    const NOT_RULE: [&str; 6] =
+        ["signed", "timestamp_header", "separator", "variants", "key_url_field", "sender_field"];
     let beside = given_fields(signature).into_iter().filter(|(field, _)| !NOT_RULE.contains(field));
     for (field, present) in beside {
         if present {
@@ -802,6 +871,7 @@ fn custom_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Sch
         name: "custom".into(),
         variants: out,
         key_url_field: signature.key_url_field.clone(),
+        sender_field: signature.sender_field.clone(),
     })
 }
 
@@ -816,13 +886,29 @@ fn condition(
         when.query_param.is_some(),
         when.body_field.is_some(),
         when.always == Some(true),
+        when.all.is_some(),
     ]
     .iter()
     .filter(|b| **b)
     .count();
     if chosen != 1 {
-        c.error_at_key(path, "say one of `header`, `query_param`, `body_field` or `always: true`");
+        c.error_at_key(
+            path,
+            "say one of `header`, `query_param`, `body_field`, `all` or `always: true`",
+        );
         return None;
+    }
+    if let Some(all) = &when.all {
+        if all.is_empty() {
+            c.error(&join(path, &path!["all"]), "`all` is empty");
+            return None;
+        }
+        let parts: Vec<Option<Condition>> = all
+            .iter()
+            .enumerate()
+            .map(|(i, part)| condition(c, &join(path, &path!["all", i]), part))
+            .collect();
+        return parts.into_iter().collect::<Option<Vec<_>>>().map(Condition::All);
     }
     Some(match (&when.header, &when.query_param, &when.body_field) {
         (Some(header), _, _) => match equals {
@@ -1264,12 +1350,12 @@ impl ProviderDefaults {
                 Some(template("{{ payload[0].subscriptionType }}")),
                 Some("{{ payload[0].portalId }}"),
             ),
-            // Twilio sends a per-request idempotency token, stable across its retries.
-            Preset::Twilio => (
-                header("I-Twilio-Idempotency-Token"),
-                None,
-                Some("{{ payload.AccountSid | default('') }}"),
-            ),
+            // Twilio's `I-Twilio-Idempotency-Token` is not signed: a captured request replayed
+            // with a new token would be a new event. The signed body is the key instead; a
+            // retry sends the same body.
+            Preset::Twilio | Preset::TwilioJson => {
+                (ValueSource::BodySha256, None, Some("{{ payload.AccountSid | default('') }}"))
+            }
             // SendGrid posts a batch of events (an array) and retries the batch whole.
             Preset::Sendgrid => {
                 (ValueSource::BodySha256, Some(template("{{ payload[0].event }}")), None)
@@ -1356,8 +1442,10 @@ fn position_in_scalar(node: &Node, value: &str, byte: usize) -> Pos {
 pub struct KeyFetch {
     /// The JSON pointer of the body member that names the key's URL.
     pub field: String,
-    /// Host name patterns; `*` is one DNS label.
+    /// Host name patterns; `*` is one DNS label, `{region}` an AWS region name.
     pub hosts: Vec<String>,
+    /// What the key's file name must start with (AWS SNS: `SimpleNotificationService-`).
+    pub file_prefix: Option<String>,
 }
 
 impl KeyFetch {
@@ -1395,6 +1483,14 @@ impl KeyFetch {
         if !path.ends_with(".pem") || path.contains("..") {
             return refuse("does not name a `.pem` file");
         }
+        if let Some(prefix) = &self.file_prefix {
+            let stem = path.strip_prefix(prefix.as_str()).and_then(|f| f.strip_suffix(".pem"));
+            let hex_name =
+                stem.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()));
+            if !hex_name {
+                return refuse(&format!("is not a `/{prefix}<hex>.pem` file"));
+            }
+        }
         if !self.hosts.iter().any(|pattern| host_matches(pattern, &host)) {
             return refuse("is on a host the pipeline does not allow");
         }
@@ -1406,16 +1502,36 @@ fn host_matches(pattern: &str, host: &str) -> bool {
     let pattern: Vec<&str> = pattern.split('.').collect();
     let host: Vec<&str> = host.split('.').collect();
     pattern.len() == host.len()
-        && pattern.iter().zip(&host).all(|(p, h)| {
-            if *p == "*" {
-                !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            } else {
-                p.eq_ignore_ascii_case(h)
-            }
+        && pattern.iter().zip(&host).all(|(p, h)| match *p {
+            "*" => !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'),
+            "{region}" => is_aws_region(h),
+            _ => p.eq_ignore_ascii_case(h),
         })
 }
 
+/// `us-east-2`, `eu-central-1`, `us-gov-west-1`, `cn-north-1`: two letters, one or more words,
+/// a number.
+fn is_aws_region(label: &str) -> bool {
+    let parts: Vec<&str> = label.split('-').collect();
+    parts.len() >= 3
+        && parts[0].len() == 2
+        && parts[0].bytes().all(|b| b.is_ascii_lowercase())
+        && parts[1..parts.len() - 1]
+            .iter()
+            .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase()))
+        && parts.last().is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 impl CompiledPipeline {
+    /// The pipeline's verifier for these keys, trusting its `senders`.
+    pub fn verifier(
+        &self,
+        keys: &[hookgate_verify::SecretBytes],
+    ) -> Result<hookgate_verify::Verifier, hookgate_verify::KeyError> {
+        hookgate_verify::Verifier::new(self.scheme.clone(), keys, self.tolerance_secs)
+            .map(|verifier| verifier.with_senders(self.senders.clone()))
+    }
+
     /// The URL a URL-signing sender signed: the pipeline's `public_url` with the query string
     /// as received, else `received_url` (the gateway's public base, or the Host header).
     pub fn signed_url(&self, received_url: &str) -> String {

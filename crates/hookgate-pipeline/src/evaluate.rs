@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::check::{CompiledPipeline, CompiledSource, CompiledTarget};
-use crate::model::{Fingerprint, Operation, VersionType};
+use crate::model::{BodyFormat, Fingerprint, Operation, VersionType};
 use crate::template::RENDERED_BYTES_MAX;
 
 /// Event keys become part of a unique database index.
@@ -181,7 +181,7 @@ impl fmt::Debug for Context {
 }
 
 impl Context {
-    pub fn new(delivery: &Delivery<'_>) -> Context {
+    pub fn new(delivery: &Delivery<'_>, body_format: Option<BodyFormat>) -> Context {
         let mut headers = BTreeMap::new();
         let mut repeated_headers = BTreeSet::new();
         for (name, value) in delivery.headers {
@@ -194,10 +194,15 @@ impl Context {
             }
         }
         let body = std::str::from_utf8(delivery.body).ok().map(str::to_owned);
-        let is_form = headers.get("content-type").is_some_and(|value| {
-            let media_type = value.split(';').next().unwrap_or("").trim();
-            media_type.eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        });
+        // A sender with one documented body kind is read as that kind; the `Content-Type` is
+        // not signed, so it decides only where the pipeline leaves it open.
+        let is_form = match body_format {
+            Some(format) => format == BodyFormat::Form,
+            None => headers.get("content-type").is_some_and(|value| {
+                let media_type = value.split(';').next().unwrap_or("").trim();
+                media_type.eq_ignore_ascii_case("application/x-www-form-urlencoded")
+            }),
+        };
         let payload = if is_form {
             Ok(form_payload(delivery.body))
         } else {
@@ -235,7 +240,7 @@ impl CompiledPipeline {
     /// Derives key, scope, type, fingerprint and ordering from a verified delivery, and
     /// returns the context the targets are rendered in.
     pub fn identify(&self, delivery: &Delivery<'_>) -> Result<(Identity, Context), EvalError> {
-        let mut ctx = Context::new(delivery);
+        let mut ctx = Context::new(delivery, self.body_format);
         let key = self.source("key", &self.key, &ctx, delivery)?;
         check_label("key", &key, KEY_BYTES_MAX)?;
         let scope = match &self.scope {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use hookgate_verify::{Clock, Request, SecretBytes, Verifier};
+use hookgate_verify::{Clock, Request, SecretBytes};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -188,14 +188,13 @@ impl Fixture {
         if secrets.len() != pipeline.secrets.len() {
             return out;
         }
-        let verifier =
-            match Verifier::new(pipeline.scheme.clone(), &secrets, pipeline.tolerance_secs) {
-                Ok(verifier) => verifier,
-                Err(e) => {
-                    mismatch(&path!["secrets"], format!("test secret unusable: {e}"));
-                    return out;
-                }
-            };
+        let verifier = match pipeline.verifier(&secrets) {
+            Ok(verifier) => verifier,
+            Err(e) => {
+                mismatch(&path!["secrets"], format!("test secret unusable: {e}"));
+                return out;
+            }
+        };
         let headers = self.request.all_headers();
         let url = pipeline.signed_url(&self.request.url);
         let request = Request { method: &self.request.method, url: &url, headers: &headers, body };

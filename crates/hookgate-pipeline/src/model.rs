@@ -30,6 +30,11 @@ pub struct Pipeline {
     pub provider: Option<Provider>,
     /// How deliveries are authenticated. Verified over the raw body before anything is parsed.
     pub signature: SignatureConfig,
+    /// How the body is read into `payload`: `json` or `form`. Senders with one documented
+    /// body kind fix it; otherwise the delivery's `Content-Type` decides (it is not signed, so
+    /// a pipeline that knows its sender's kind should say so).
+    #[serde(default)]
+    pub body_format: Option<BodyFormat>,
     /// The URL the sender is configured to call, without query string, e.g.
     /// `https://hooks.example.com/hooks/twilio`. Schemes that sign the URL (Twilio, Square,
     /// HubSpot) verify against it, with the query string as received appended. Without it,
@@ -195,6 +200,14 @@ pub struct SignatureConfig {
     /// `custom`: an empty body is refused before anything else.
     #[serde(default)]
     pub require_body: Option<bool>,
+    /// The senders trusted, for schemes whose key many senders share: AWS SNS signs every
+    /// topic's messages with one certificate per region, so list the topic ARNs
+    /// (`arn:aws:sns:us-east-2:123456789012:orders`). Required for `aws-sns`.
+    #[serde(default)]
+    pub senders: Option<Vec<String>>,
+    /// `custom`: a JSON pointer to the signed body member naming the sender (see `senders`).
+    #[serde(default)]
+    pub sender_field: Option<String>,
     /// `custom`: a JSON pointer to the body member naming where the signing key can be
     /// fetched (see `fetch_keys`).
     #[serde(default)]
@@ -211,12 +224,21 @@ pub struct SignatureConfig {
     pub variants: Option<Vec<VariantConfig>>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BodyFormat {
+    Json,
+    /// `application/x-www-form-urlencoded`.
+    Form,
+}
+
 /// Where signing keys may be fetched from.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FetchKeysConfig {
-    /// Host names keys may come from; `*` stands for one DNS label, e.g.
-    /// `sns.*.amazonaws.com`. Plain http is allowed only to loopback hosts (tests).
+    /// Host names keys may come from; `*` stands for one DNS label and `{region}` for an AWS
+    /// region name (`us-east-2`), e.g. `sns.{region}.amazonaws.com`. Plain http is allowed
+    /// only to loopback hosts (tests).
     #[serde(default)]
     pub hosts: Option<Vec<String>>,
 }
@@ -273,7 +295,7 @@ pub struct VariantConfig {
 }
 
 /// When a variant applies: a header (present, or `equals` a value), a query parameter of the
-/// URL, or a member of the JSON body that `equals` a value. `always: true` matches anything.
+/// URL, a member of the JSON body that `equals` a value, `all` of several, or `always: true`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConditionConfig {
@@ -287,6 +309,9 @@ pub struct ConditionConfig {
     pub equals: Option<String>,
     #[serde(default)]
     pub always: Option<bool>,
+    /// Every one of these holds.
+    #[serde(default)]
+    pub all: Option<Vec<ConditionConfig>>,
 }
 
 /// A signing scheme: a sender preset, `hmac` (one header, in short) or `custom` (written out).

@@ -286,6 +286,7 @@ fn key_urls_are_allowed_only_on_https_from_listed_hosts() {
     let fetch = crate::KeyFetch {
         field: "/SigningCertURL".into(),
         hosts: vec!["sns.*.amazonaws.com".into(), "127.0.0.1".into()],
+        file_prefix: None,
     };
     for allowed in [
         "https://sns.us-east-2.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem",

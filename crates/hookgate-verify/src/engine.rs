@@ -21,6 +21,8 @@ pub struct Verifier {
     scheme: Scheme,
     tolerance_secs: u32,
     keys: Vec<Key>,
+    /// For schemes with a `sender_field`: the senders trusted. Empty trusts none.
+    senders: Vec<String>,
 }
 
 /// Signatures a structured header may carry at most; more is an attack, not a secret roll.
@@ -50,11 +52,18 @@ impl Verifier {
             .map(|(index, raw)| keys::decode(format, raw).map_err(|e| e.at(index)))
             .collect::<Result<Vec<_>, _>>()?;
         let tolerance_secs = tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS);
-        Ok(Verifier { scheme, tolerance_secs, keys })
+        Ok(Verifier { scheme, tolerance_secs, keys, senders: Vec::new() })
     }
 
     pub fn scheme(&self) -> &Scheme {
         &self.scheme
+    }
+
+    /// The senders this verifier trusts, for schemes whose key many senders share (AWS SNS:
+    /// topic ARNs). A scheme with a `sender_field` trusts no one until told.
+    pub fn with_senders(mut self, senders: Vec<String>) -> Verifier {
+        self.senders = senders;
+        self
     }
 
     /// Verifies one request. Checks run in the order of the official libraries: headers
@@ -65,14 +74,41 @@ impl Verifier {
         else {
             return Err(self.unsupported(request, &body));
         };
-        self.verify_spec(&variant.spec, request, &body, now)
+        let verified = self.verify_spec(&variant.spec, request, &body, now)?;
+        // The key proves the message is the key holder's; whom it came from among those who
+        // share the key is a signed member, and must be one the pipeline trusts.
+        if let Some(pointer) = &self.scheme.sender_field {
+            let sender = body_string(&body, pointer)?;
+            if !self.senders.iter().any(|trusted| trusted == sender) {
+                return Err(Rejection::UntrustedSender(quote(sender)));
+            }
+        }
+        Ok(verified)
     }
 
     fn unsupported(&self, request: &Request<'_>, body: &LazyJson<'_>) -> Rejection {
+        let reads_body = |c: &Condition| match c {
+            Condition::BodyField(..) => true,
+            Condition::All(parts) => parts.iter().any(|p| matches!(p, Condition::BodyField(..))),
+            _ => false,
+        };
+        if self.scheme.variants.iter().any(|v| reads_body(&v.when)) && body.get().is_none() {
+            return Rejection::MalformedBody(
+                if has_repeated_member(body.raw) { "a member is given twice" } else { "not JSON" }
+                    .into(),
+            );
+        }
         let mut known = Vec::new();
         let mut subject = String::from("the request matches none of the scheme's variants");
         for variant in &self.scheme.variants {
-            match &variant.when {
+            // Of a conjunction, the first part that does not hold says what is unknown.
+            let when = match &variant.when {
+                Condition::All(parts) => {
+                    parts.iter().find(|c| !holds(c, request, body)).unwrap_or(&variant.when)
+                }
+                other => other,
+            };
+            match when {
                 Condition::HeaderEquals(header, value) => {
                     known.push(format!("`{value}`"));
                     subject = match request.header(header) {
@@ -93,9 +129,10 @@ impl Verifier {
                     };
                 }
                 Condition::HeaderPresent(header) => known.push(format!("`{header}`")),
-                Condition::QueryParam(_) | Condition::Always => {}
+                Condition::QueryParam(_) | Condition::Always | Condition::All(_) => {}
             }
         }
+        known.dedup();
         Rejection::UnsupportedVersion(format!("{subject}; known: {}", known.join(", ")))
     }
 
@@ -459,7 +496,9 @@ fn port_variants(url: &str) -> Vec<String> {
 pub(crate) fn form_sorted(body: &[u8]) -> Vec<u8> {
     let mut pairs: Vec<(String, String)> =
         form_urlencoded::parse(body).map(|(n, v)| (n.into_owned(), v.into_owned())).collect();
+    // twilio-python signs each distinct (name, value) once: `sorted(set(values))`.
     pairs.sort();
+    pairs.dedup();
     let mut out = Vec::with_capacity(body.len());
     for (name, value) in pairs {
         out.extend_from_slice(name.as_bytes());
@@ -483,6 +522,7 @@ fn holds(condition: &Condition, request: &Request<'_>, body: &LazyJson<'_>) -> b
             _ => false,
         },
         Condition::QueryParam(name) => query_param(request.url, name).is_some(),
+        Condition::All(conditions) => conditions.iter().all(|c| holds(c, request, body)),
         Condition::BodyField(pointer, value) => body
             .get()
             .and_then(|json| json.pointer(pointer))
@@ -502,9 +542,42 @@ impl<'b> LazyJson<'b> {
         LazyJson { raw, parsed: std::cell::OnceCell::new() }
     }
 
+    /// The parsed body; `None` if it is not JSON, or is an object with a member given twice
+    /// (which of two values a reader takes is the reader's choice, so neither is trusted).
     fn get(&self) -> Option<&serde_json::Value> {
-        self.parsed.get_or_init(|| serde_json::from_slice(self.raw).ok()).as_ref()
+        self.parsed
+            .get_or_init(|| {
+                let value: serde_json::Value = serde_json::from_slice(self.raw).ok()?;
+                if value.is_object() && has_repeated_member(self.raw) {
+                    return None;
+                }
+                Some(value)
+            })
+            .as_ref()
     }
+}
+
+/// Whether the top-level JSON object in `raw` names a member twice.
+fn has_repeated_member(raw: &[u8]) -> bool {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Members;
+    impl<'de> Visitor<'de> for Members {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            let mut repeated = false;
+            while let Some(name) = map.next_key::<String>()? {
+                map.next_value::<IgnoredAny>()?;
+                repeated |= !seen.insert(name);
+            }
+            Ok(repeated)
+        }
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(raw);
+    deserializer.deserialize_map(Members).unwrap_or(false)
 }
 
 fn body_string<'j>(body: &'j LazyJson<'_>, pointer: &str) -> Result<&'j str, Rejection> {
@@ -516,16 +589,28 @@ fn body_string<'j>(body: &'j LazyJson<'_>, pointer: &str) -> Result<&'j str, Rej
     }
 }
 
+/// SNS's canonical message: for each listed member, name, newline, value, newline. Every member
+/// is required unless its name ends in `?`; each must be a string; only the first may contain a
+/// line break. With the set fixed and line breaks confined to the first member, the boundaries
+/// between members cannot be moved: a value cannot absorb a neighbour or stand in for one.
 fn body_fields(body: &LazyJson<'_>, names: &[String]) -> Result<Vec<u8>, Rejection> {
     let json = body.get().ok_or_else(|| Rejection::MalformedBody("not JSON".into()))?;
     let Some(object) = json.as_object() else {
         return Err(Rejection::MalformedBody("not a JSON object".into()));
     };
     let mut out = Vec::new();
-    for name in names {
+    for (i, listed) in names.iter().enumerate() {
+        let (name, optional) = match listed.strip_suffix('?') {
+            Some(name) => (name, true),
+            None => (listed.as_str(), false),
+        };
         match object.get(name) {
-            None | Some(serde_json::Value::Null) => {}
+            None if optional => {}
+            None => return Err(Rejection::MalformedBody(format!("no `{name}`"))),
             Some(serde_json::Value::String(value)) => {
+                if i > 0 && value.contains(['\n', '\r']) {
+                    return Err(Rejection::MalformedBody(format!("`{name}` spans lines")));
+                }
                 out.extend_from_slice(name.as_bytes());
                 out.push(b'\n');
                 out.extend_from_slice(value.as_bytes());
@@ -733,6 +818,34 @@ impl Scheme {
             }
             if spec.message.is_empty() && spec.algorithm != Algorithm::SharedSecret {
                 problems.push("the message is empty".into());
+            }
+            // A signature that covers no body lets any body through with it.
+            let covers_body =
+                has(&|p| matches!(p, Part::Body | Part::FormSorted | Part::BodyFields(_)))
+                    || (spec.body_digest_param.is_some() && has(&|p| *p == Part::Url));
+            if !covers_body && spec.algorithm != Algorithm::SharedSecret {
+                problems.push(
+                    "the message signs nothing of the body (`body`, `form_sorted`, `body_fields`, or `url` with `body_digest_param`), so any body would pass".into(),
+                );
+            }
+            if spec.body_digest_param.is_some() && !has(&|p| *p == Part::Url) {
+                problems.push("`body_digest_param` names a query parameter of the URL, which the message must sign".into());
+            }
+            if spec.encoding == Encoding::Text && spec.algorithm != Algorithm::SharedSecret {
+                problems.push("`text` encoding is for a shared secret sent as is".into());
+            }
+            if matches!(spec.signature, SignatureSource::BodyField(_)) && has(&|p| *p == Part::Body)
+            {
+                problems.push(
+                    "a signature inside the body cannot sign the whole body; sign `body_fields`"
+                        .into(),
+                );
+            }
+            if self.key_url_field.is_some() && !spec.algorithm.is_public_key() {
+                problems.push(format!(
+                    "{} keys are secrets; only a public key or certificate may be fetched from a URL the delivery names",
+                    spec.algorithm.name()
+                ));
             }
         }
         problems

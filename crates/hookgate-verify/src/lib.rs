@@ -34,7 +34,7 @@ use sha2::{Sha256, Sha512};
 
 pub use engine::{SignError, SignInput, Signature, Verifier};
 pub use keys::PrivateKey;
-pub use preset::{Preset, SNS_SIGNED_FIELDS};
+pub use preset::{Preset, SNS_SIGNED_MEMBERS};
 pub use scheme::{
     Algorithm, Condition, Encoding, Fields, HeaderRef, KeyFormat, Part, Scheme, SignatureSource,
     Spec, TimestampFormat, TimestampRule, TimestampSource, TimestampSpec, Variant,
@@ -162,6 +162,8 @@ pub enum Rejection {
     BodyDigestMismatch(String),
     #[error("untrusted signing key: {0}")]
     UntrustedKey(String),
+    #[error("the message is from `{0}`, which the pipeline does not trust")]
+    UntrustedSender(String),
 }
 
 impl Rejection {
@@ -178,6 +180,7 @@ impl Rejection {
             Rejection::UnsupportedVersion(_) => "unsupported_version",
             Rejection::BodyDigestMismatch(_) => "body_digest_mismatch",
             Rejection::UntrustedKey(_) => "untrusted_key",
+            Rejection::UntrustedSender(_) => "untrusted_sender",
         }
     }
 }

@@ -19,7 +19,11 @@ pub enum Preset {
     HubspotV3,
     /// HubSpot v1, v2 and v3, chosen as HubSpot marks each request.
     Hubspot,
+    /// Twilio form webhooks (voice, messaging): URL + sorted parameters.
     Twilio,
+    /// Twilio webhooks with JSON bodies: the URL carries the body's SHA-256. A separate preset,
+    /// so that a delivery cannot choose which of the two rules checks it.
+    TwilioJson,
     Sendgrid,
     Paddle,
     Square,
@@ -39,7 +43,7 @@ pub enum Preset {
 }
 
 impl Preset {
-    pub const ALL: [Preset; 20] = [
+    pub const ALL: [Preset; 21] = [
         Preset::Github,
         Preset::Stripe,
         Preset::StandardWebhooks,
@@ -49,6 +53,7 @@ impl Preset {
         Preset::HubspotV3,
         Preset::Hubspot,
         Preset::Twilio,
+        Preset::TwilioJson,
         Preset::Sendgrid,
         Preset::Paddle,
         Preset::Square,
@@ -73,6 +78,7 @@ impl Preset {
             Preset::HubspotV3 => "hubspot-v3",
             Preset::Hubspot => "hubspot",
             Preset::Twilio => "twilio",
+            Preset::TwilioJson => "twilio-json",
             Preset::Sendgrid => "sendgrid",
             Preset::Paddle => "paddle",
             Preset::Square => "square",
@@ -173,32 +179,26 @@ impl Preset {
                         version("v1", vec![Part::Secret, Part::Body]),
                     ],
                     key_url_field: None,
+                    sender_field: None,
                 }
             }
-            Preset::Twilio => {
-                let twilio = |message, body_digest_param| Spec {
-                    url_port_variants: true,
-                    algorithm: Algorithm::HmacSha1,
-                    encoding: Encoding::Base64,
-                    message,
-                    body_digest_param,
-                    ..body_hmac("X-Twilio-Signature", "")
+            Preset::Twilio | Preset::TwilioJson => {
+                let (message, body_digest_param) = match self {
+                    // JSON bodies: the URL alone is signed, and carries the body's hash.
+                    Preset::TwilioJson => (vec![Part::Url], Some("bodySHA256".to_owned())),
+                    _ => (vec![Part::Url, Part::FormSorted], None),
                 };
-                Scheme {
-                    name: name.to_owned(),
-                    variants: vec![
-                        // JSON bodies: the URL alone is signed and carries the body's hash.
-                        Variant {
-                            when: Condition::QueryParam("bodySHA256".into()),
-                            spec: twilio(vec![Part::Url], Some("bodySHA256".into())),
-                        },
-                        Variant {
-                            when: Condition::Always,
-                            spec: twilio(vec![Part::Url, Part::FormSorted], None),
-                        },
-                    ],
-                    key_url_field: None,
-                }
+                Scheme::single(
+                    name,
+                    Spec {
+                        algorithm: Algorithm::HmacSha1,
+                        encoding: Encoding::Base64,
+                        message,
+                        body_digest_param,
+                        url_port_variants: true,
+                        ..body_hmac("X-Twilio-Signature", "")
+                    },
+                )
             }
             Preset::Sendgrid => Scheme::single(
                 name,
@@ -244,41 +244,58 @@ impl Preset {
                 Scheme::single(name, shared_secret("Authorization", "Basic ", Encoding::Base64))
             }
             Preset::AwsSns => {
-                let version = |v: &str, algorithm| Variant {
-                    when: Condition::BodyField("/SignatureVersion".into(), v.to_owned()),
-                    spec: Spec {
-                        algorithm,
-                        key_format: KeyFormat::Certificate,
-                        signature: SignatureSource::BodyField("/Signature".into()),
-                        prefix: String::new(),
-                        encoding: Encoding::Base64,
-                        timestamp: None,
-                        message: vec![Part::BodyFields(
-                            SNS_SIGNED_FIELDS.iter().map(|f| (*f).to_owned()).collect(),
-                        )],
-                        require_body: true,
-                        body_digest_param: None,
-                        url_port_variants: false,
-                    },
-                };
+                // One rule per signature version and message type: each type signs a fixed set
+                // of members.
+                let mut variants = Vec::new();
+                for (version, algorithm) in [("1", Algorithm::RsaSha1), ("2", Algorithm::RsaSha256)]
+                {
+                    for (kind, members) in SNS_SIGNED_MEMBERS {
+                        variants.push(Variant {
+                            when: Condition::All(vec![
+                                Condition::BodyField("/SignatureVersion".into(), version.into()),
+                                Condition::BodyField("/Type".into(), kind.into()),
+                            ]),
+                            spec: Spec {
+                                algorithm,
+                                key_format: KeyFormat::Certificate,
+                                signature: SignatureSource::BodyField("/Signature".into()),
+                                prefix: String::new(),
+                                encoding: Encoding::Base64,
+                                timestamp: None,
+                                message: vec![Part::BodyFields(
+                                    members.iter().map(|m| (*m).to_owned()).collect(),
+                                )],
+                                require_body: true,
+                                body_digest_param: None,
+                                url_port_variants: false,
+                            },
+                        });
+                    }
+                }
                 Scheme {
                     name: name.to_owned(),
-                    variants: vec![
-                        version("1", Algorithm::RsaSha1),
-                        version("2", Algorithm::RsaSha256),
-                    ],
+                    variants,
                     key_url_field: Some("/SigningCertURL".into()),
+                    sender_field: Some("/TopicArn".into()),
                 }
             }
         }
     }
 }
 
-/// The members AWS SNS signs, in its order; each only when the message has it, so one list
-/// serves notifications (which have `Subject` at most) and subscription confirmations (which
-/// have `SubscribeURL` and `Token`).
-pub const SNS_SIGNED_FIELDS: [&str; 8] =
-    ["Message", "MessageId", "Subject", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"];
+/// The members AWS SNS signs for each message type, in its order (`?`: only when present), as
+/// AWS's own validators build the string to sign.
+pub const SNS_SIGNED_MEMBERS: [(&str, &[&str]); 3] = [
+    ("Notification", &["Message", "MessageId", "Subject?", "Timestamp", "TopicArn", "Type"]),
+    (
+        "SubscriptionConfirmation",
+        &["Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"],
+    ),
+    (
+        "UnsubscribeConfirmation",
+        &["Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"],
+    ),
+];
 
 fn lit(text: &str) -> Part {
     Part::Literal(text.to_owned())

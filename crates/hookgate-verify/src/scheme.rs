@@ -17,6 +17,9 @@ pub struct Scheme {
     /// fetched (AWS SNS's `/SigningCertURL`). Fetching is the caller's I/O, from hosts the
     /// pipeline allows; this crate only says where the URL is.
     pub key_url_field: Option<String>,
+    /// A JSON pointer to the signed member that names who sent the message (AWS SNS's
+    /// `/TopicArn`): everyone with the same key can sign, so the pipeline lists whom it trusts.
+    pub sender_field: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +40,8 @@ pub enum Condition {
     QueryParam(String),
     /// The body is a JSON object whose member (a JSON pointer) is this string.
     BodyField(String, String),
+    /// Every one of these holds.
+    All(Vec<Condition>),
 }
 
 /// One complete signing rule.
@@ -171,8 +176,9 @@ pub enum Part {
     Header(HeaderRef),
     /// The key itself (HubSpot v1/v2 hash `client secret + content`).
     Secret,
-    /// For each of these names that the JSON body has as a string member: name, newline,
-    /// value, newline (AWS SNS's canonical string).
+    /// For each of these members of the JSON body: name, newline, value, newline (AWS SNS's
+    /// canonical string). A name ending in `?` may be absent; the others are required, all are
+    /// strings, and only the first may contain a line break.
     BodyFields(Vec<String>),
 }
 
@@ -252,6 +258,7 @@ impl Scheme {
             name: name.to_owned(),
             variants: vec![Variant { when: Condition::Always, spec }],
             key_url_field: None,
+            sender_field: None,
         }
     }
 

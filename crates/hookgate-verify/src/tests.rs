@@ -656,9 +656,17 @@ fn signed_requests_verify_for_every_scheme() {
     for scheme in schemes {
         let signer = verifier(scheme.clone(), &[SW_SECRET]);
         for body in [&br#"{"a":1}"#[..], form] {
+            // A URL that carries the body's digest, for schemes that sign one (Twilio's JSON).
+            let url = match &scheme.variants[0].spec.body_digest_param {
+                Some(param) => format!(
+                    "https://hooks.example.com/hooks/x?{param}={}",
+                    hex::encode(<Sha256 as sha2::Digest>::digest(body))
+                ),
+                None => "https://hooks.example.com/hooks/x".to_owned(),
+            };
             let input = SignInput {
                 method: "POST",
-                url: "https://hooks.example.com/hooks/x",
+                url: &url,
                 body,
                 timestamp_secs: 1_700_000_000,
                 message_id: "msg_1",
@@ -682,11 +690,13 @@ fn signed_requests_verify_for_every_scheme() {
             assert_eq!(other.verify(&request, now).unwrap_err(), Rejection::NoMatch, "{name}");
             if scheme.variants[0].spec.algorithm != Algorithm::SharedSecret {
                 let tampered = Request { body: b"a=1&b=3", ..request };
-                assert_eq!(
-                    signer.verify(&tampered, now).unwrap_err(),
-                    Rejection::NoMatch,
-                    "{name}"
-                );
+                // Where the URL carries the body's digest, the signature holds and the digest
+                // does not.
+                let expected = match &scheme.variants[0].spec.body_digest_param {
+                    Some(param) => Rejection::BodyDigestMismatch(param.clone()),
+                    None => Rejection::NoMatch,
+                };
+                assert_eq!(signer.verify(&tampered, now).unwrap_err(), expected, "{name}");
             }
         }
     }
@@ -763,7 +773,8 @@ fn sns_signs_and_verifies_both_versions_with_a_test_certificate() {
     let certificate = include_str!("../tests/vectors/test-sns-signing.pem");
     let private = PrivateKey::parse(include_bytes!("../tests/vectors/test-sns-signing.key"))
         .expect("the test key");
-    let v = verifier(Preset::AwsSns.scheme(), &[certificate]);
+    let topic = "arn:aws:sns:us-east-2:123456789012:topic";
+    let v = verifier(Preset::AwsSns.scheme(), &[certificate]).with_senders(vec![topic.into()]);
     for version in ["1", "2"] {
         let body = format!(
             r#"{{"Type":"SubscriptionConfirmation","MessageId":"m-{version}","Token":"t0k3n","TopicArn":"arn:aws:sns:us-east-2:123456789012:topic","Message":"You have chosen to subscribe","SubscribeURL":"https://sns.us-east-2.amazonaws.com/?Action=ConfirmSubscription","Timestamp":"2026-11-01T12:00:00.000Z","SignatureVersion":"{version}","Signature":""}}"#
@@ -792,6 +803,30 @@ fn sns_signs_and_verifies_both_versions_with_a_test_certificate() {
         let request = Request { body: other_version.as_bytes(), ..request };
         assert_eq!(v.verify(&request, Clock::from_unix_secs(0)), Err(Rejection::NoMatch));
     }
-    // The published AWS certificate does not verify what the test key signed.
+    // The same genuine message, to a pipeline that trusts other topics only.
+    let body = r#"{"Type":"Notification","MessageId":"m","TopicArn":"arn:aws:sns:us-east-2:123456789012:topic","Message":"hi","Timestamp":"2026-11-01T12:00:00.000Z","SignatureVersion":"2","Signature":""}"#;
+    let input = SignInput {
+        method: "POST",
+        url: "",
+        body: body.as_bytes(),
+        timestamp_secs: 0,
+        message_id: "",
+    };
+    let (_, value) =
+        v.sign_with(&input, Some(&private)).expect("signs").body_field.expect("member");
+    let signed = body.replace(r#""Signature":"""#, &format!(r#""Signature":"{value}""#));
+    let request = Request { method: "POST", url: "", headers: &[], body: signed.as_bytes() };
+    assert!(v.verify(&request, Clock::from_unix_secs(0)).is_ok());
+    let other = verifier(Preset::AwsSns.scheme(), &[certificate])
+        .with_senders(vec!["arn:aws:sns:us-east-2:123456789012:other".into()]);
+    assert_eq!(
+        other.verify(&request, Clock::from_unix_secs(0)).unwrap_err().code(),
+        "untrusted_sender"
+    );
+    let nobody = verifier(Preset::AwsSns.scheme(), &[certificate]);
+    assert_eq!(
+        nobody.verify(&request, Clock::from_unix_secs(0)).unwrap_err().code(),
+        "untrusted_sender"
+    );
     assert!(PrivateKey::parse(b"not a key").is_err());
 }

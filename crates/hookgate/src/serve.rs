@@ -15,7 +15,6 @@ use hookgate_engine::{Gateway, KeyFetcher, ServedPipeline, Worker, WorkerConfig,
 use hookgate_pipeline::Instances;
 use hookgate_server::ServerConfig;
 use hookgate_store::{Store, StoreOptions};
-use hookgate_verify::Verifier;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -214,7 +213,8 @@ async fn build_gateway(options: &ServeOptions) -> Result<(Gateway, Instances)> {
             None
         } else {
             Some(
-                Verifier::new(compiled.scheme.clone(), &secrets, compiled.tolerance_secs)
+                compiled
+                    .verifier(&secrets)
                     .with_context(|| format!("pipeline `{}`: unusable secret", compiled.name))?,
             )
         };
@@ -282,7 +282,14 @@ impl HttpKeyFetcher {
             request_timeout_ms: 5_000,
             response_bytes_max: KEY_BYTES_MAX,
         };
-        Ok(HttpKeyFetcher { client: hookgate_connector_http::client(&settings)?, settings })
+        hookgate_connector_http::install_crypto_provider();
+        // No redirects: the URL was checked against the allowed hosts, where it leads was not.
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(settings.connect_timeout_ms))
+            .timeout(Duration::from_millis(settings.request_timeout_ms))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(HttpKeyFetcher { client, settings })
     }
 }
 

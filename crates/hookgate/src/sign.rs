@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use hookgate_pipeline::model::SecretRef;
-use hookgate_verify::{Clock, PrivateKey, Request, SecretBytes, SignInput, Verifier};
+use hookgate_verify::{Clock, PrivateKey, Request, SecretBytes, SignInput};
 
 use crate::{files, secrets};
 
@@ -55,7 +55,7 @@ pub fn run(input: &Input<'_>) -> Result<String> {
         None => secrets::resolve(reference)
             .with_context(|| format!("the secret to sign with ({reference})"))?,
     };
-    let verifier = Verifier::new(compiled.scheme.clone(), &[secret], compiled.tolerance_secs)?;
+    let verifier = compiled.verifier(&[secret])?;
     let url = compiled.signed_url(input.url);
     let body = files::read_bounded(input.body, files::BODY_BYTES_MAX)
         .map_err(|d| anyhow::anyhow!("{d}"))?;
