@@ -808,6 +808,8 @@ async fn certificate_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{certificate}",
                         certificate.len()
                     )
+                } else if head.starts_with("GET /SimpleNotificationService-0500.pem ") {
+                    "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned()
                 } else {
                     "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                         .to_owned()
@@ -879,16 +881,31 @@ async fn sns_certificates_are_fetched_from_allowed_hosts_only_and_kept() {
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{not_a_certificate}");
     }
     assert_eq!(fetches(), 1, "a host or file the pipeline does not allow is never fetched");
+    // A message from a topic the pipeline does not trust: refused before anything is fetched.
+    let untrusted = message("with-subject-v1.json", &good);
+    assert_eq!(send(untrusted).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(fetches(), 1);
+    // A certificate the host does not have: the message is not genuine (401), and the answer
+    // is remembered, so repeating it costs no fetch.
     let missing = format!("{base}/SimpleNotificationService-0404.pem");
-    let response = send(message("sha1.json", &missing)).await.unwrap();
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    for _ in 0..2 {
+        let response = send(message("sha1.json", &missing)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
     assert_eq!(fetches(), 2);
+    // A host that fails: 503, so SNS retries.
+    let failing = format!("{base}/SimpleNotificationService-0500.pem");
+    let response = send(message("sha1.json", &failing)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(fetches(), 3);
 
     let store = database.store().await;
     assert_eq!(store.events("aws-sns").await.unwrap().len(), 2);
     let metrics = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for line in [
-        r#"hookgate_signature_rejections_total{pipeline="aws-sns",code="untrusted_key"} 4"#,
+        r#"hookgate_signature_rejections_total{pipeline="aws-sns",code="untrusted_key"} 6"#,
+        r#"hookgate_signature_rejections_total{pipeline="aws-sns",code="untrusted_sender"} 1"#,
+        r#"hookgate_signing_key_unavailable_total{pipeline="aws-sns"} 1"#,
         r#"hookgate_signature_rejections_total{pipeline="aws-sns",code="signature_mismatch"} 1"#,
         r#"hookgate_deliveries_total{pipeline="aws-sns",outcome="key_unavailable"} 1"#,
     ] {

@@ -8,13 +8,24 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hookgate_pipeline::evaluate::printable;
 use hookgate_pipeline::{CompiledPipeline, KeyFetch};
-use hookgate_verify::{Rejection, Request, SecretBytes, Verifier};
+use hookgate_verify::{Clock, Rejection, Request, SecretBytes, Verified, Verifier};
 
 /// Keys kept at most; a sender rotates rarely, so more are an attack on memory.
 pub const FETCHED_KEYS_MAX: usize = 32;
 /// How long a fetched key is used before it is fetched again.
 pub const FETCHED_KEY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Why a key could not be fetched.
+#[derive(Debug, Clone)]
+pub enum FetchError {
+    /// The host answered that there is no such key (4xx), or what it served is too large:
+    /// the delivery names a key that does not exist, so it is refused.
+    NoSuchKey(String),
+    /// Timeouts, connection failures, 5xx: the sender should retry.
+    Unavailable(String),
+}
 
 /// Fetches a key's bytes from a URL already allowed by the pipeline. Implemented over the
 /// shared outbound HTTP client, with its timeouts and bounded answers.
@@ -22,27 +33,32 @@ pub trait KeyFetcher: Send + Sync {
     fn fetch<'a>(
         &'a self,
         url: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, FetchError>> + Send + 'a>>;
 }
 
-/// Fetches in flight at most, over every pipeline's deliveries: a flood naming new URLs is
-/// answered 503 rather than queued.
+/// Fetches in flight at most per pipeline; a delivery waits this long for a turn, then is
+/// answered 503.
 pub const FETCHES_IN_FLIGHT_MAX: usize = 4;
-/// How long a URL that could not be fetched is not tried again.
+pub const FETCH_TURN_WAIT: Duration = Duration::from_secs(2);
+/// How long a URL that could not be fetched is not tried again, and how many such URLs are
+/// remembered.
 pub const FAILED_FETCH_TTL: Duration = Duration::from_secs(60);
+pub const FAILED_FETCHES_MAX: usize = 256;
 
-/// A pipeline's fetched keys.
+/// A pipeline's fetched keys. Only a key that verified a delivery from a trusted sender is
+/// kept, so deliveries naming other keys (real ones of other regions, say) cannot push it out.
 pub struct FetchedKeys {
     config: KeyFetch,
     fetcher: Arc<dyn KeyFetcher>,
-    cache: Mutex<HashMap<String, (Cached, Instant)>>,
+    proven: Mutex<HashMap<String, (Arc<Verifier>, Instant)>>,
+    failed: Mutex<HashMap<String, (KeyProblemKind, String, Instant)>>,
     in_flight: Arc<tokio::sync::Semaphore>,
 }
 
-#[derive(Clone)]
-enum Cached {
-    Key(Arc<Verifier>),
-    Failed(String),
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyProblemKind {
+    NoSuchKey,
+    Unavailable,
 }
 
 impl std::fmt::Debug for FetchedKeys {
@@ -51,12 +67,13 @@ impl std::fmt::Debug for FetchedKeys {
     }
 }
 
-/// Why no verifier could be had for a delivery.
+/// Why a delivery naming its key was not verified.
 #[derive(Debug)]
 pub enum KeyProblem {
-    /// The delivery names no key, or one the pipeline does not allow: a refusal.
+    /// The delivery names no key, a key the pipeline does not allow or that does not exist,
+    /// or is not signed by it: a refusal.
     Refused(Rejection),
-    /// The key could not be fetched or used now: the sender should retry.
+    /// The key could not be fetched now: the sender should retry.
     Unavailable(String),
 }
 
@@ -65,77 +82,126 @@ impl FetchedKeys {
         FetchedKeys {
             config,
             fetcher,
-            cache: Mutex::new(HashMap::new()),
+            proven: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
             in_flight: Arc::new(tokio::sync::Semaphore::new(FETCHES_IN_FLIGHT_MAX)),
         }
     }
 
-    /// The verifier for the key `request`'s body names, fetched or from the cache.
-    pub async fn verifier_for(
+    /// Verifies a delivery with the key its body names: fetched (once, and only from an
+    /// allowed URL, and only for a sender the pipeline trusts) or from the cache.
+    pub async fn verify(
         &self,
         pipeline: &CompiledPipeline,
         request: &Request<'_>,
-    ) -> Result<Arc<Verifier>, KeyProblem> {
-        let url = key_url(request.body, &self.config.field).ok_or_else(|| {
-            KeyProblem::Refused(Rejection::MalformedBody(format!(
+        now: Clock,
+    ) -> Result<Verified, KeyProblem> {
+        let refused = KeyProblem::Refused;
+        // Cheap checks first: nothing is fetched for a sender the pipeline does not trust.
+        let body: serde_json::Value = serde_json::from_slice(request.body)
+            .map_err(|_| refused(Rejection::MalformedBody("not JSON".into())))?;
+        if let Some(pointer) = &pipeline.scheme.sender_field {
+            let sender = body.pointer(pointer).and_then(|v| v.as_str()).unwrap_or("");
+            if !pipeline.senders.iter().any(|trusted| trusted == sender) {
+                return Err(refused(Rejection::UntrustedSender(printable(sender, 64))));
+            }
+        }
+        let named = body.pointer(&self.config.field).and_then(|v| v.as_str()).ok_or_else(|| {
+            refused(Rejection::MalformedBody(format!(
                 "no `{}` naming the signing key",
                 self.config.field
             )))
         })?;
-        self.config
-            .allows(&url)
-            .map_err(|why| KeyProblem::Refused(Rejection::UntrustedKey(why)))?;
-        match self.cached(&url) {
-            Some(Cached::Key(verifier)) => return Ok(verifier),
-            Some(Cached::Failed(why)) => return Err(KeyProblem::Unavailable(why)),
-            None => {}
-        }
-        let Ok(_permit) = self.in_flight.try_acquire() else {
+        let url = self.config.allows(named).map_err(|why| refused(Rejection::UntrustedKey(why)))?;
+
+        let cached = self.proven_key(&url);
+        let verifier = match cached {
+            Some(verifier) => verifier,
+            None => {
+                if let Some((kind, why)) = self.failure(&url) {
+                    return Err(match kind {
+                        KeyProblemKind::NoSuchKey => refused(Rejection::UntrustedKey(why)),
+                        KeyProblemKind::Unavailable => KeyProblem::Unavailable(why),
+                    });
+                }
+                self.fetch(pipeline, &url).await?
+            }
+        };
+        let verified = verifier.verify(request, now).map_err(refused)?;
+        self.prove(url, verifier);
+        Ok(verified)
+    }
+
+    async fn fetch(
+        &self,
+        pipeline: &CompiledPipeline,
+        url: &str,
+    ) -> Result<Arc<Verifier>, KeyProblem> {
+        let Ok(Ok(_turn)) = tokio::time::timeout(FETCH_TURN_WAIT, self.in_flight.acquire()).await
+        else {
             return Err(KeyProblem::Unavailable("too many signing keys being fetched".into()));
         };
-        let fetched = match self.fetcher.fetch(&url).await {
-            Ok(bytes) => pipeline
-                .verifier(&[SecretBytes::new(bytes)])
-                .map(Arc::new)
-                .map_err(|e| format!("the key at {url}: {e}")),
-            Err(why) => Err(why),
+        let bytes = match self.fetcher.fetch(url).await {
+            Ok(bytes) => bytes,
+            Err(FetchError::NoSuchKey(why)) => {
+                self.remember_failure(url, KeyProblemKind::NoSuchKey, &why);
+                return Err(KeyProblem::Refused(Rejection::UntrustedKey(why)));
+            }
+            Err(FetchError::Unavailable(why)) => {
+                self.remember_failure(url, KeyProblemKind::Unavailable, &why);
+                return Err(KeyProblem::Unavailable(why));
+            }
         };
-        let entry = match &fetched {
-            Ok(verifier) => Cached::Key(Arc::clone(verifier)),
-            Err(why) => Cached::Failed(why.clone()),
-        };
-        self.remember(url, entry);
-        fetched.map_err(KeyProblem::Unavailable)
-    }
-
-    fn remember(&self, url: String, entry: Cached) {
-        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if cache.len() >= FETCHED_KEYS_MAX {
-            // Forget failures first, then the oldest: the cache stays bounded whatever URLs
-            // deliveries name.
-            let victim = cache
-                .iter()
-                .min_by_key(|(_, (cached, at))| (matches!(cached, Cached::Key(_)), *at))
-                .map(|(url, _)| url.clone());
-            if let Some(victim) = victim {
-                cache.remove(&victim);
+        match pipeline.verifier(&[SecretBytes::new(bytes)]) {
+            Ok(verifier) => Ok(Arc::new(verifier)),
+            Err(e) => {
+                let why = format!("the key at {url}: {e}");
+                self.remember_failure(url, KeyProblemKind::NoSuchKey, &why);
+                Err(KeyProblem::Refused(Rejection::UntrustedKey(why)))
             }
         }
-        cache.insert(url, (entry, Instant::now()));
     }
 
-    fn cached(&self, url: &str) -> Option<Cached> {
-        let cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (cached, at) = cache.get(url)?;
-        let ttl = match cached {
-            Cached::Key(_) => FETCHED_KEY_TTL,
-            Cached::Failed(_) => FAILED_FETCH_TTL,
-        };
-        (at.elapsed() < ttl).then(|| cached.clone())
+    fn proven_key(&self, url: &str) -> Option<Arc<Verifier>> {
+        let proven = self.proven.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        proven
+            .get(url)
+            .filter(|(_, at)| at.elapsed() < FETCHED_KEY_TTL)
+            .map(|(verifier, _)| Arc::clone(verifier))
     }
-}
 
-fn key_url(body: &[u8], pointer: &str) -> Option<String> {
-    let json: serde_json::Value = serde_json::from_slice(body).ok()?;
-    json.pointer(pointer)?.as_str().map(str::to_owned)
+    fn prove(&self, url: String, verifier: Arc<Verifier>) {
+        let mut proven = self.proven.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, at)) = proven.get(&url)
+            && at.elapsed() < FETCHED_KEY_TTL
+        {
+            return;
+        }
+        if proven.len() >= FETCHED_KEYS_MAX {
+            let oldest = proven.iter().min_by_key(|(_, (_, at))| *at).map(|(u, _)| u.clone());
+            if let Some(oldest) = oldest {
+                proven.remove(&oldest);
+            }
+        }
+        proven.insert(url, (verifier, Instant::now()));
+    }
+
+    fn failure(&self, url: &str) -> Option<(KeyProblemKind, String)> {
+        let failed = self.failed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        failed
+            .get(url)
+            .filter(|(_, _, at)| at.elapsed() < FAILED_FETCH_TTL)
+            .map(|(kind, why, _)| (*kind, why.clone()))
+    }
+
+    fn remember_failure(&self, url: &str, kind: KeyProblemKind, why: &str) {
+        let mut failed = self.failed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if failed.len() >= FAILED_FETCHES_MAX {
+            let oldest = failed.iter().min_by_key(|(_, (_, _, at))| *at).map(|(u, _)| u.clone());
+            if let Some(oldest) = oldest {
+                failed.remove(&oldest);
+            }
+        }
+        failed.insert(url.to_owned(), (kind, why.to_owned(), Instant::now()));
+    }
 }

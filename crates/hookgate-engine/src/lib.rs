@@ -29,7 +29,9 @@ use hookgate_verify::{Clock, Rejection, Request, Verifier};
 mod keys;
 mod worker;
 
-pub use keys::{FETCHED_KEY_TTL, FETCHED_KEYS_MAX, FetchedKeys, KeyFetcher, KeyProblem};
+pub use keys::{
+    FETCHED_KEY_TTL, FETCHED_KEYS_MAX, FetchError, FetchedKeys, KeyFetcher, KeyProblem,
+};
 pub use worker::{Connectors, LEASE_MARGIN, Worker, WorkerConfig, backoff};
 
 /// A repeated delivery (duplicate or conflict) keeps at most this much of its headers.
@@ -225,21 +227,22 @@ impl Gateway {
         let now = Clock { unix_ms: incoming.received_at_ms };
         let verdict = match (&pipeline.fetched, &pipeline.verifier) {
             (Some(fetched), configured) => {
-                // A delivery naming a key is checked with that key; without one, with the
-                // configured keys, if any.
-                let template = configured.as_ref();
-                match fetched.verifier_for(&pipeline.compiled, &request).await {
-                    Ok(verifier) => verifier.verify(&request, now),
-                    Err(KeyProblem::Refused(rejection)) => match template {
-                        Some(configured) if matches!(rejection, Rejection::MalformedBody(_)) => {
-                            configured.verify(&request, now)
+                // Configured keys first (no fetch for the common case); then the key the
+                // delivery names.
+                match configured.as_ref().map(|c| c.verify(&request, now)) {
+                    Some(Ok(verified)) => Ok(verified),
+                    _ => match fetched.verify(&pipeline.compiled, &request, now).await {
+                        Ok(verified) => Ok(verified),
+                        Err(KeyProblem::Refused(rejection)) => Err(rejection),
+                        Err(KeyProblem::Unavailable(problem)) => {
+                            // At debug, like every refusal: a forged flood must not flood the
+                            // log; the counter below says how often.
+                            tracing::debug!(pipeline = incoming.pipeline, %problem, "signing key unavailable");
+                            metrics::counter!("hookgate_signing_key_unavailable_total", "pipeline" => incoming.pipeline.to_owned())
+                                .increment(1);
+                            return IntakeOutcome::KeyUnavailable(problem);
                         }
-                        _ => Err(rejection),
                     },
-                    Err(KeyProblem::Unavailable(problem)) => {
-                        tracing::warn!(pipeline = incoming.pipeline, %problem, "signing key unavailable");
-                        return IntakeOutcome::KeyUnavailable(problem);
-                    }
                 }
             }
             (None, Some(configured)) => configured.verify(&request, now),

@@ -68,6 +68,7 @@ pub enum CompiledSource {
     Pointer(String),
     Template(TemplateName),
     BodySha256,
+    FormSha256,
 }
 
 #[derive(Debug, Clone)]
@@ -537,15 +538,21 @@ fn check_signature(
         SchemeName::Custom => custom_scheme(c, signature)?,
         SchemeName::Preset(preset) => preset.scheme(),
     };
+    // Each rule's own problems were reported at the rule; these concern the scheme as a whole.
+    for problem in scheme.scheme_problems() {
+        c.error_at_key(&path!["signature"], problem);
+    }
+    // SHA-256 can be extended past its end: a digest with the secret anywhere but last lets
+    // whoever saw one signature sign more content.
     if scheme.variants.iter().any(|v| {
-        v.spec.algorithm == Algorithm::DigestSha256 && v.spec.message.first() == Some(&Part::Secret)
+        v.spec.algorithm == Algorithm::DigestSha256 && v.spec.message.last() != Some(&Part::Secret)
     }) {
         let span = c.doc.key_span(&path!["signature"]);
         c.diagnostics.push(
             Diagnostic::warning(
                 c.file,
                 span,
-                format!("`{}` accepts a SHA-256 of the secret followed by the content: whoever has seen one delivery can append to its body and compute a valid signature, and nothing dates it, so it can be replayed", name.as_str()),
+                format!("`{}` accepts a SHA-256 of the secret and then the content: whoever has seen one delivery can append to its body and compute a valid signature, and nothing dates it, so it can be replayed", name.as_str()),
             )
             .with_hint("prefer an HMAC with a timestamp (for HubSpot, `hubspot-v3`); if the sender offers nothing else, set `body_format` so appended bytes cannot become new fields"),
         );
@@ -579,6 +586,9 @@ fn check_senders(
     signature: &SignatureConfig,
     scheme: Option<&Scheme>,
 ) -> Vec<String> {
+    if let Some(pointer) = &signature.sender_field {
+        check_pointer(c, &path!["signature", "sender_field"], pointer);
+    }
     let Some(scheme) = scheme else { return Vec::new() };
     match (&scheme.sender_field, &signature.senders) {
         (Some(_), None) => {
@@ -633,9 +643,13 @@ fn check_key_fetch(
         };
         let labels: Vec<&str> = host.split('.').collect();
         let valid = labels.iter().all(|l| *l == "*" || *l == "{region}" || literal(l))
-            // A domain of its own at the end: `*.com` would trust anyone.
-            && labels.len() >= 2
-            && labels.iter().rev().take(2).all(|l| literal(l));
+            // A domain of its own at the end: `*.com` or `*.co.uk` would trust anyone. Under a
+            // country code (`.cn`, `.uk`), whose second level is often public, three labels.
+            && {
+                let country = labels.last().is_some_and(|tld| tld.len() == 2);
+                let needed = if country { 3 } else { 2 };
+                labels.len() >= needed && labels.iter().rev().take(needed).all(|l| literal(l))
+            };
         if !valid {
             c.error(&join(&at, &path!["hosts", i]), format!("`{host}` is not a host name pattern"))
                 .hint = Some("DNS labels, `*` for one label or `{region}` for an AWS region, ending in a domain of its own, e.g. `sns.{region}.amazonaws.com`".into());
@@ -1189,12 +1203,16 @@ fn compile_source(
             inner.push("template".into());
             CompiledSource::Template(c.template(&inner, source, REQUEST_VARIABLES))
         }
-        ValueSource::BodySha256 => {
+        ValueSource::BodySha256 | ValueSource::FormSha256 => {
             if is_type {
                 c.error(path, "the body's hash is not an event type").hint =
                     Some("use `header`, `pointer` or `template`".into());
             }
-            CompiledSource::BodySha256
+            if *source == ValueSource::FormSha256 {
+                CompiledSource::FormSha256
+            } else {
+                CompiledSource::BodySha256
+            }
         }
     }
 }
@@ -1351,9 +1369,12 @@ impl ProviderDefaults {
                 Some("{{ payload[0].portalId }}"),
             ),
             // Twilio's `I-Twilio-Idempotency-Token` is not signed: a captured request replayed
-            // with a new token would be a new event. The signed body is the key instead; a
-            // retry sends the same body.
-            Preset::Twilio | Preset::TwilioJson => {
+            // with a new token would be a new event. What is signed is the key instead: the
+            // form's parameters (a re-encoding of them verifies too), or the JSON body.
+            Preset::Twilio => {
+                (ValueSource::FormSha256, None, Some("{{ payload.AccountSid | default('') }}"))
+            }
+            Preset::TwilioJson => {
                 (ValueSource::BodySha256, None, Some("{{ payload.AccountSid | default('') }}"))
             }
             // SendGrid posts a batch of events (an array) and retries the batch whole.
@@ -1451,7 +1472,7 @@ pub struct KeyFetch {
 impl KeyFetch {
     /// Whether a key may be fetched from `url`: https (http only to a loopback host), no user
     /// information, query or fragment, a `.pem` path, and a host one of the patterns allows.
-    pub fn allows(&self, url: &str) -> Result<(), String> {
+    pub fn allows(&self, url: &str) -> Result<String, String> {
         let refuse =
             |why: &str| Err(format!("key URL `{}` {why}", crate::evaluate::printable(url, 96)));
         if url.len() > 2048 || url.chars().any(|ch| ch.is_control() || ch.is_whitespace()) {
@@ -1464,21 +1485,26 @@ impl KeyFetch {
         } else {
             return refuse("is not https");
         };
-        if rest.contains(['@', '\\', '?', '#']) {
-            return refuse("has user information, a query or a fragment");
+        if rest.contains(['@', '\\', '?', '#', '%']) {
+            return refuse("has user information, a query, a fragment or an escape");
         }
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let host = match authority.rsplit_once(':') {
+        let (host, port) = match authority.rsplit_once(':') {
             Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
-                host
+                (host, Some(port))
             }
             Some(_) => return refuse("has a malformed port"),
-            None => authority,
+            None => (authority, None),
         };
         let host = host.to_ascii_lowercase();
         let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]");
         if !secure && !loopback {
             return refuse("is not https");
+        }
+        // Senders' keys live on the default port; any other spelling of the same URL would
+        // only make the same key look new.
+        if port.is_some() && !loopback {
+            return refuse("names a port");
         }
         if !path.ends_with(".pem") || path.contains("..") {
             return refuse("does not name a `.pem` file");
@@ -1494,7 +1520,12 @@ impl KeyFetch {
         if !self.hosts.iter().any(|pattern| host_matches(pattern, &host)) {
             return refuse("is on a host the pipeline does not allow");
         }
-        Ok(())
+        // One spelling per key: the cache is keyed by it.
+        let scheme = if secure { "https" } else { "http" };
+        Ok(match port {
+            Some(port) => format!("{scheme}://{host}:{port}/{path}"),
+            None => format!("{scheme}://{host}/{path}"),
+        })
     }
 }
 
@@ -1509,12 +1540,12 @@ fn host_matches(pattern: &str, host: &str) -> bool {
         })
 }
 
-/// `us-east-2`, `eu-central-1`, `us-gov-west-1`, `cn-north-1`: two letters, one or more words,
-/// a number.
+/// `us-east-2`, `eu-central-1`, `us-gov-west-1`, `cn-north-1`, `eusc-de-east-1`: two to four
+/// letters, one or more words, a number.
 fn is_aws_region(label: &str) -> bool {
     let parts: Vec<&str> = label.split('-').collect();
     parts.len() >= 3
-        && parts[0].len() == 2
+        && (2..=4).contains(&parts[0].len())
         && parts[0].bytes().all(|b| b.is_ascii_lowercase())
         && parts[1..parts.len() - 1]
             .iter()

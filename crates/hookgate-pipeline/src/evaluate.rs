@@ -431,6 +431,7 @@ impl CompiledPipeline {
             }
             CompiledSource::Template(template) => self.render(what, template, ctx)?,
             CompiledSource::BodySha256 => body_sha256(delivery.body),
+            CompiledSource::FormSha256 => form_sha256(delivery.body),
         };
         if value.is_empty() {
             return Err(EvalError::Empty { what: what.to_owned() });
@@ -476,6 +477,16 @@ pub fn form_payload(body: &[u8]) -> serde_json::Value {
         }
     }
     serde_json::Value::Object(object)
+}
+
+/// The hex SHA-256 of a form's parameters, decoded, sorted and re-encoded: one text for every
+/// encoding of the same parameters.
+pub fn form_sha256(body: &[u8]) -> String {
+    let mut pairs: Vec<(String, String)> =
+        form_urlencoded::parse(body).map(|(n, v)| (n.into_owned(), v.into_owned())).collect();
+    pairs.sort();
+    let canonical = form_urlencoded::Serializer::new(String::new()).extend_pairs(pairs).finish();
+    hex::encode(Sha256::digest(canonical.as_bytes()))
 }
 
 /// The hex SHA-256 of a body: the `body_sha256` key and the default fingerprint.

@@ -214,7 +214,8 @@ pub struct SignatureConfig {
     pub key_url_field: Option<String>,
     /// Fetch signing keys (certificates) from the URL the delivery names, only from these
     /// hosts, over https, and keep them for a day (AWS SNS: `fetch_keys: {}` allows
-    /// `sns.*.amazonaws.com` and `sns.*.amazonaws.com.cn`). `secrets` may then be empty.
+    /// `sns.{region}.amazonaws.com` and `sns.{region}.amazonaws.com.cn`). `secrets` may then
+    /// be empty.
     #[serde(default)]
     pub fetch_keys: Option<FetchKeysConfig>,
     /// `custom`: several rules, each with a `when`; the first whose `when` holds verifies the
@@ -527,6 +528,10 @@ pub enum ValueSource {
     Template(String),
     /// The SHA-256 of the raw body, in hex: for senders with no event id.
     BodySha256,
+    /// The SHA-256 of a form body's parameters, decoded and sorted: for senders that sign the
+    /// parameters rather than the bytes (Twilio), so a re-encoding of the same parameters is
+    /// the same event.
+    FormSha256,
 }
 
 /// What decides "same content" for a repeated key.

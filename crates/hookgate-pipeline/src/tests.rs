@@ -288,12 +288,15 @@ fn key_urls_are_allowed_only_on_https_from_listed_hosts() {
         hosts: vec!["sns.*.amazonaws.com".into(), "127.0.0.1".into()],
         file_prefix: None,
     };
-    for allowed in [
-        "https://sns.us-east-2.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem",
-        "https://SNS.eu-west-1.amazonaws.com/x.pem",
-        "http://127.0.0.1:8080/good.pem",
+    for (allowed, canonical) in [
+        (
+            "https://sns.us-east-2.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem",
+            "https://sns.us-east-2.amazonaws.com/SimpleNotificationService-7ff5318490ec183fbaddaa2a969abfda.pem",
+        ),
+        ("https://SNS.eu-west-1.amazonaws.com/x.pem", "https://sns.eu-west-1.amazonaws.com/x.pem"),
+        ("http://127.0.0.1:8080/good.pem", "http://127.0.0.1:8080/good.pem"),
     ] {
-        assert_eq!(fetch.allows(allowed), Ok(()), "{allowed}");
+        assert_eq!(fetch.allows(allowed), Ok(canonical.to_owned()), "{allowed}");
     }
     for refused in [
         "http://sns.us-east-2.amazonaws.com/x.pem",
@@ -309,6 +312,9 @@ fn key_urls_are_allowed_only_on_https_from_listed_hosts() {
         "https://sns.us-east-2.amazonaws.com/x.pem\n",
         "ftp://sns.us-east-2.amazonaws.com/x.pem",
         "http://localhost/x.pem",
+        "https://sns.us-east-2.amazonaws.com:443/x.pem",
+        "https://sns.us-east-2.amazonaws.com:0443/x.pem",
+        "https://sns.us-east-2.amazonaws.com/x%2Epem",
     ] {
         assert!(fetch.allows(refused).is_err(), "{refused:?} must be refused");
     }
@@ -331,5 +337,44 @@ fn form_bodies_keep_repeated_names_in_order() {
     assert_eq!(
         payload,
         serde_json::json!({"To": "+1800", "Digits": ["5678", "1234"], "Body": "Hi there", "Empty": ""})
+    );
+}
+
+#[test]
+fn sns_key_hosts_are_regional_endpoints_only() {
+    let fetch = crate::KeyFetch {
+        field: "/SigningCertURL".into(),
+        hosts: vec!["sns.{region}.amazonaws.com".into(), "sns.{region}.amazonaws.com.cn".into()],
+        file_prefix: Some("SimpleNotificationService-".into()),
+    };
+    for region in [
+        "us-east-2",
+        "us-gov-west-1",
+        "cn-northwest-1",
+        "ap-southeast-4",
+        "il-central-1",
+        "eusc-de-east-1",
+    ] {
+        let url = format!("https://sns.{region}.amazonaws.com/SimpleNotificationService-0a.pem");
+        assert!(fetch.allows(&url).is_ok(), "{url}");
+    }
+    for host in [
+        "sns.s3-accelerate.amazonaws.com",
+        "sns.s3-external-1.amazonaws.com",
+        "sns.s3.amazonaws.com",
+        "sns.s3-website-us-east-1.amazonaws.com",
+    ] {
+        let url = format!("https://{host}/SimpleNotificationService-0a.pem");
+        assert!(fetch.allows(&url).is_err(), "{url}");
+    }
+    assert!(
+        fetch
+            .allows("https://sns.us-east-2.amazonaws.com/SimpleNotificationService-xyz.pem")
+            .is_err()
+    );
+    assert!(
+        fetch
+            .allows("https://sns.us-east-2.amazonaws.com/a/SimpleNotificationService-0a.pem")
+            .is_err()
     );
 }

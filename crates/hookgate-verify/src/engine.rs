@@ -244,7 +244,7 @@ impl Verifier {
                 Part::Method => Some(Cow::Borrowed(request.method.as_bytes())),
                 Part::Url => Some(Cow::Borrowed(request.url.as_bytes())),
                 Part::Body => Some(Cow::Borrowed(request.body)),
-                Part::FormSorted => Some(Cow::Owned(form_sorted(request.body))),
+                Part::FormSorted => Some(Cow::Owned(form_sorted(request.body)?)),
                 Part::Header(header) => {
                     Some(Cow::Borrowed(request.required_text(header)?.0.as_bytes()))
                 }
@@ -493,18 +493,26 @@ fn port_variants(url: &str) -> Vec<String> {
 }
 
 /// Twilio's form rule: parameters sorted by name, then value; each name then value, decoded.
-pub(crate) fn form_sorted(body: &[u8]) -> Vec<u8> {
+///
+/// A pair sent twice is refused: twilio-python signs it once (`sorted(set(values))`), so a
+/// repeat is not covered by the signature, yet a reader would see a list where the sender sent
+/// a value.
+pub(crate) fn form_sorted(body: &[u8]) -> Result<Vec<u8>, Rejection> {
     let mut pairs: Vec<(String, String)> =
         form_urlencoded::parse(body).map(|(n, v)| (n.into_owned(), v.into_owned())).collect();
-    // twilio-python signs each distinct (name, value) once: `sorted(set(values))`.
     pairs.sort();
-    pairs.dedup();
+    if let Some(pair) = pairs.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Rejection::MalformedBody(format!(
+            "parameter `{}` repeated with the same value",
+            quote(&pair[0].0)
+        )));
+    }
     let mut out = Vec::with_capacity(body.len());
     for (name, value) in pairs {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(value.as_bytes());
     }
-    out
+    Ok(out)
 }
 
 fn query_param(url: &str, name: &str) -> Option<String> {
@@ -731,7 +739,7 @@ impl Verifier {
                 Part::Method => input.method.as_bytes().to_vec(),
                 Part::Url => input.url.as_bytes().to_vec(),
                 Part::Body => input.body.to_vec(),
-                Part::FormSorted => form_sorted(input.body),
+                Part::FormSorted => form_sorted(input.body).map_err(|_| SignError::Body(name()))?,
                 Part::Header(header) => {
                     headers.push((header.display().to_owned(), input.message_id.to_owned()));
                     input.message_id.as_bytes().to_vec()
@@ -785,61 +793,42 @@ impl Scheme {
 
     /// What makes a scheme unusable, in words for a configuration error.
     pub fn problems(&self) -> Vec<String> {
+        let mut problems = self.scheme_problems();
+        for variant in &self.variants {
+            problems.extend(spec_problems(&variant.spec));
+        }
+        problems
+    }
+
+    /// What makes the scheme as a whole unusable, beyond each rule's own problems.
+    pub fn scheme_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if self.variants.is_empty() {
             problems.push("the scheme has no variant".to_owned());
         }
+        // A key fetched from a URL the delivery names is one anyone with an account can get
+        // (AWS signs every customer's topics with it): the sender must be named and checked.
+        if self.key_url_field.is_some() && self.sender_field.is_none() {
+            problems.push(
+                "a key fetched from the delivery's URL is shared by every sender; name the signed sender member with `sender_field` and list `senders`".to_owned(),
+            );
+        }
         for variant in &self.variants {
             let spec = &variant.spec;
             let has = |p: &dyn Fn(&Part) -> bool| spec.message.iter().any(p);
-            if has(&|p| matches!(p, Part::Timestamp)) && spec.timestamp.is_none() {
-                problems.push("the message signs `timestamp` but no timestamp is declared".into());
-            }
-            if let Some(ts) = &spec.timestamp
-                && matches!(ts.source, TimestampSource::Field(_))
-                && !matches!(spec.signature, SignatureSource::Field { .. })
-            {
-                problems.push("a timestamp `field` needs a signature header with `fields`".into());
-            }
-            let secret_in_message = has(&|p| matches!(p, Part::Secret));
-            match spec.algorithm {
-                Algorithm::DigestSha256 if !secret_in_message => problems.push(
-                    "a plain SHA-256 digest must sign `secret` somewhere in its message".into(),
-                ),
-                Algorithm::SharedSecret if !spec.message.is_empty() => {
-                    problems.push("a shared secret signs no message; remove `message`".into())
+            // The sender is trusted only if it is signed: every rule must sign the member.
+            if let Some(pointer) = &self.sender_field {
+                let member = pointer.strip_prefix('/').unwrap_or(pointer);
+                let signed = has(&|p| match p {
+                    Part::Body => true,
+                    Part::BodyFields(names) => names.iter().any(|n| n == member),
+                    _ => false,
+                });
+                if !signed || member.contains('/') {
+                    problems.push(format!(
+                        "the sender member `{pointer}` must be a top-level member every rule signs (in `body_fields`, not optional)"
+                    ));
                 }
-                Algorithm::DigestSha256 | Algorithm::SharedSecret => {}
-                _ if secret_in_message => problems.push(format!(
-                    "{} keeps its key out of the message; remove `secret`",
-                    spec.algorithm.name()
-                )),
-                _ => {}
-            }
-            if spec.message.is_empty() && spec.algorithm != Algorithm::SharedSecret {
-                problems.push("the message is empty".into());
-            }
-            // A signature that covers no body lets any body through with it.
-            let covers_body =
-                has(&|p| matches!(p, Part::Body | Part::FormSorted | Part::BodyFields(_)))
-                    || (spec.body_digest_param.is_some() && has(&|p| *p == Part::Url));
-            if !covers_body && spec.algorithm != Algorithm::SharedSecret {
-                problems.push(
-                    "the message signs nothing of the body (`body`, `form_sorted`, `body_fields`, or `url` with `body_digest_param`), so any body would pass".into(),
-                );
-            }
-            if spec.body_digest_param.is_some() && !has(&|p| *p == Part::Url) {
-                problems.push("`body_digest_param` names a query parameter of the URL, which the message must sign".into());
-            }
-            if spec.encoding == Encoding::Text && spec.algorithm != Algorithm::SharedSecret {
-                problems.push("`text` encoding is for a shared secret sent as is".into());
-            }
-            if matches!(spec.signature, SignatureSource::BodyField(_)) && has(&|p| *p == Part::Body)
-            {
-                problems.push(
-                    "a signature inside the body cannot sign the whole body; sign `body_fields`"
-                        .into(),
-                );
             }
             if self.key_url_field.is_some() && !spec.algorithm.is_public_key() {
                 problems.push(format!(
@@ -848,8 +837,65 @@ impl Scheme {
                 ));
             }
         }
+        problems.sort();
+        problems.dedup();
         problems
     }
+}
+
+/// What makes one rule unusable.
+pub fn spec_problems(spec: &Spec) -> Vec<String> {
+    let mut problems = Vec::new();
+    let has = |p: &dyn Fn(&Part) -> bool| spec.message.iter().any(p);
+    if has(&|p| matches!(p, Part::Timestamp)) && spec.timestamp.is_none() {
+        problems.push("the message signs `timestamp` but no timestamp is declared".into());
+    }
+    if let Some(ts) = &spec.timestamp
+        && matches!(ts.source, TimestampSource::Field(_))
+        && !matches!(spec.signature, SignatureSource::Field { .. })
+    {
+        problems.push("a timestamp `field` needs a signature header with `fields`".into());
+    }
+    let secret_in_message = has(&|p| matches!(p, Part::Secret));
+    match spec.algorithm {
+        Algorithm::DigestSha256 if !secret_in_message => problems
+            .push("a plain SHA-256 digest must sign `secret` somewhere in its message".into()),
+        Algorithm::SharedSecret if !spec.message.is_empty() => {
+            problems.push("a shared secret signs no message; remove `message`".into())
+        }
+        Algorithm::DigestSha256 | Algorithm::SharedSecret => {}
+        _ if secret_in_message => problems.push(format!(
+            "{} keeps its key out of the message; remove `secret`",
+            spec.algorithm.name()
+        )),
+        _ => {}
+    }
+    if spec.message.is_empty() && spec.algorithm != Algorithm::SharedSecret {
+        problems.push("the message is empty".into());
+    }
+    // A signature that covers no body lets any body through with it.
+    let covers_body = has(&|p| matches!(p, Part::Body | Part::FormSorted | Part::BodyFields(_)))
+        || (spec.body_digest_param.is_some() && has(&|p| *p == Part::Url));
+    if !covers_body && spec.algorithm != Algorithm::SharedSecret {
+        problems.push(
+            "the message signs nothing of the body (`body`, `form_sorted`, `body_fields`, or `url` with `body_digest_param`), so any body would pass".into(),
+        );
+    }
+    if spec.body_digest_param.is_some() && !has(&|p| *p == Part::Url) {
+        problems.push(
+            "`body_digest_param` names a query parameter of the URL, which the message must sign"
+                .into(),
+        );
+    }
+    if spec.encoding == Encoding::Text && spec.algorithm != Algorithm::SharedSecret {
+        problems.push("`text` encoding is for a shared secret sent as is".into());
+    }
+    if matches!(spec.signature, SignatureSource::BodyField(_)) && has(&|p| *p == Part::Body) {
+        problems.push(
+            "a signature inside the body cannot sign the whole body; sign `body_fields`".into(),
+        );
+    }
+    problems
 }
 
 #[cfg(test)]

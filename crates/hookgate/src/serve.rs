@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use hookgate_connector_http::HttpSettings;
-use hookgate_engine::{Gateway, KeyFetcher, ServedPipeline, Worker, WorkerConfig, now_ms};
+use hookgate_engine::{
+    FetchError, Gateway, KeyFetcher, ServedPipeline, Worker, WorkerConfig, now_ms,
+};
 use hookgate_pipeline::Instances;
 use hookgate_server::ServerConfig;
 use hookgate_store::{Store, StoreOptions};
@@ -300,19 +302,21 @@ impl KeyFetcher for HttpKeyFetcher {
     fn fetch<'a>(
         &'a self,
         url: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, FetchError>> + Send + 'a>> {
         Box::pin(async move {
             let response = hookgate_connector_http::send(self.client.get(url), &self.settings)
                 .await
-                .map_err(|e| format!("cannot fetch {url}: {e}"))?;
-            if response.status != 200 || response.truncated {
-                return Err(format!(
-                    "cannot fetch {url}: status {}{}",
-                    response.status,
-                    if response.truncated { ", answer too large" } else { "" }
-                ));
+                .map_err(|e| FetchError::Unavailable(format!("cannot fetch {url}: {e}")))?;
+            match response.status {
+                200 if !response.truncated => Ok(response.body.into_bytes()),
+                200 => Err(FetchError::NoSuchKey(format!("{url} is larger than a key"))),
+                // The host says there is no such key (or will not serve it): the delivery
+                // names a key that does not exist. A redirect is not followed.
+                status @ 300..=499 => {
+                    Err(FetchError::NoSuchKey(format!("{url} answered {status}")))
+                }
+                status => Err(FetchError::Unavailable(format!("{url} answered {status}"))),
             }
-            Ok(response.body.into_bytes())
         })
     }
 }
