@@ -261,7 +261,9 @@ impl HeaderNames {
     }
 }
 
-/// One rule of a `custom` scheme with several.
+/// One rule of a `custom` scheme with several. Its fields repeat those of `SignatureConfig`
+/// rather than sharing a flattened struct: `#[serde(flatten)]` cannot deny unknown fields, and
+/// an unknown field reported at its line is worth the repetition.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VariantConfig {
