@@ -98,28 +98,35 @@ impl Verifier {
                     .into(),
             );
         }
-        let mut known = Vec::new();
-        let mut subject = String::from("the request matches none of the scheme's variants");
-        for variant in &self.scheme.variants {
-            // Of a conjunction, the first part that does not hold says what is unknown.
-            let when = match &variant.when {
+        // For each variant, the condition that failed and how many of its parts held before
+        // it: the variants that got furthest say what the request has that nobody knows.
+        let failures: Vec<(usize, &Condition)> = self
+            .scheme
+            .variants
+            .iter()
+            .map(|variant| match &variant.when {
                 Condition::All(parts) => {
-                    parts.iter().find(|c| !holds(c, request, body)).unwrap_or(&variant.when)
+                    let held = parts.iter().take_while(|c| holds(c, request, body)).count();
+                    (held, parts.get(held).unwrap_or(&variant.when))
                 }
-                other => other,
-            };
-            match when {
+                other => (0, other),
+            })
+            .collect();
+        let furthest = failures.iter().map(|(held, _)| *held).max().unwrap_or(0);
+        let mut known: Vec<String> = Vec::new();
+        let mut subject = String::from("the request matches none of the scheme's variants");
+        for (_, when) in failures.iter().filter(|(held, _)| *held == furthest) {
+            let value = match when {
                 Condition::HeaderEquals(header, value) => {
-                    known.push(format!("`{value}`"));
                     subject = match request.header(header) {
                         HeaderLookup::Found(raw) => {
                             format!("`{header}: {}`", quote(String::from_utf8_lossy(raw).trim()))
                         }
                         _ => format!("no `{header}` header"),
                     };
+                    format!("`{value}`")
                 }
                 Condition::BodyField(pointer, value) => {
-                    known.push(format!("`{value}`"));
                     subject = match body.get().and_then(|json| json.pointer(pointer)) {
                         Some(serde_json::Value::String(found)) => {
                             format!("`{pointer}` is `{}`", quote(found))
@@ -127,12 +134,15 @@ impl Verifier {
                         Some(found) => format!("`{pointer}` is {}", quote(&found.to_string())),
                         None => format!("no `{pointer}` in the body"),
                     };
+                    format!("`{value}`")
                 }
-                Condition::HeaderPresent(header) => known.push(format!("`{header}`")),
-                Condition::QueryParam(_) | Condition::Always | Condition::All(_) => {}
+                Condition::HeaderPresent(header) => format!("`{header}`"),
+                Condition::QueryParam(_) | Condition::Always | Condition::All(_) => continue,
+            };
+            if !known.contains(&value) {
+                known.push(value);
             }
         }
-        known.dedup();
         Rejection::UnsupportedVersion(format!("{subject}; known: {}", known.join(", ")))
     }
 

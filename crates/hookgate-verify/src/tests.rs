@@ -830,3 +830,36 @@ fn sns_signs_and_verifies_both_versions_with_a_test_certificate() {
     );
     assert!(PrivateKey::parse(b"not a key").is_err());
 }
+
+#[test]
+fn an_unknown_variant_is_named_by_the_condition_that_got_furthest() {
+    let certificate = include_str!("../tests/vectors/test-sns-signing.pem");
+    let v = verifier(Preset::AwsSns.scheme(), &[certificate]);
+    let run = |body: &str| {
+        let request = Request { method: "POST", url: "", headers: &[], body: body.as_bytes() };
+        v.verify(&request, Clock::from_unix_secs(0)).unwrap_err().to_string()
+    };
+    let unknown_type = run(r#"{"SignatureVersion":"1","Type":"Foo"}"#);
+    assert!(unknown_type.contains("`/Type` is `Foo`"), "{unknown_type}");
+    assert!(
+        unknown_type.contains(
+            "known: `Notification`, `SubscriptionConfirmation`, `UnsubscribeConfirmation`"
+        ),
+        "{unknown_type}"
+    );
+    let unknown_version = run(r#"{"SignatureVersion":"3","Type":"Notification"}"#);
+    assert!(
+        unknown_version.contains("`/SignatureVersion` is `3`; known: `1`, `2`"),
+        "{unknown_version}"
+    );
+    let hubspot = verifier(Preset::Hubspot.scheme(), &["s"]);
+    let headers = vec![("X-HubSpot-Signature-Version".to_owned(), b"v9".to_vec())];
+    let request = Request { method: "POST", url: "", headers: &headers, body: b"[]" };
+    let text = hubspot.verify(&request, Clock::from_unix_secs(0)).unwrap_err().to_string();
+    assert!(
+        text.contains(
+            "`X-HubSpot-Signature-Version: v9`; known: `X-HubSpot-Signature-v3`, `v2`, `v1`"
+        ),
+        "{text}"
+    );
+}
