@@ -216,7 +216,7 @@ const BREAKAGES: &[Breakage] = &[
         file: "pipelines/stripe.yaml",
         from: "version_type: integer",
         to: "version_type: number",
-        expected: "pipelines/stripe.yaml:17:17: error: unknown variant `number`\n  = hint: expected one of `integer`, `timestamp`, `string`",
+        expected: "pipelines/stripe.yaml:17:17: error: unknown variant `number`\n  = hint: supported: `integer`, `timestamp`, `string`",
     },
     Breakage {
         file: "pipelines/crm-partner.yaml",
@@ -272,7 +272,7 @@ const BREAKAGES: &[Breakage] = &[
         file: "hookgate.yaml",
         from: "token: { env: HUBSPOT_TOKEN }",
         to: "token: pat-na1-literal",
-        expected: "hookgate.yaml:26:14: error: unknown variant `pat-na1-literal`\n  = hint: expected one of `env`, `file`",
+        expected: "hookgate.yaml:26:14: error: unknown variant `pat-na1-literal`\n  = hint: supported: `env`, `file`",
     },
     // A fixture whose expectation no longer holds fails at the expectation's line.
     Breakage {

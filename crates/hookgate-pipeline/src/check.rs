@@ -245,10 +245,21 @@ impl Checker<'_> {
             let byte = error.range().map(|r| r.start.saturating_sub(offset)).unwrap_or(0);
             let pos = position_in_scalar(node, user_source, byte.min(user_source.len()));
             let detail = error.detail().unwrap_or("invalid syntax").to_owned();
+            // A condition is already an expression: `{{ }}` inside one is the usual mistake,
+            // and the generic hint would recommend it.
+            let hint = if offset > 0 && user_source.contains("{{") {
+                let inner =
+                    user_source.trim().trim_start_matches("{{").trim_end_matches("}}").trim();
+                format!("`when` is already an expression; write it without `{{{{ }}}}`: `{inner}`")
+            } else if offset > 0 {
+                "`when` is a minijinja expression, e.g. `event.type == \"push\"`".to_owned()
+            } else {
+                "templates use minijinja (Jinja2) syntax: `{{ payload.field }}`".to_owned()
+            };
             self.diagnostics.push(
                 Diagnostic::error(self.file, span, format!("template syntax error: {detail}"))
                     .at(pos)
-                    .with_hint("templates use minijinja (Jinja2) syntax: `{{ payload.field }}`"),
+                    .with_hint(hint),
             );
             return name;
         }
@@ -1223,6 +1234,21 @@ fn check_pointer(c: &mut Checker<'_>, path: &[PathSegment], pointer: &str) {
             "JSON pointers start with `/`, e.g. `/{}`",
             pointer.trim_start_matches('.').replace('.', "/")
         ));
+    } else if pointer.contains('.') {
+        // A member name may contain a dot, so this is a warning; usually it is a path written
+        // the template way.
+        let span = c.doc.locate(path).span;
+        c.diagnostics.push(
+            Diagnostic::warning(
+                c.file,
+                span,
+                format!("`{pointer}` names one member with a `.` in its name"),
+            )
+            .with_hint(format!(
+                "JSON pointers separate members with `/`: for nested members write `{}`",
+                pointer.replace('.', "/")
+            )),
+        );
     }
 }
 

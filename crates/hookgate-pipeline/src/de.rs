@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 
-use crate::diagnostic::{Diagnostic, Span, suggestion};
+use crate::diagnostic::{Diagnostic, Span, suggestion, variant_suggestion};
 use crate::yaml::{Node, Style, Value};
 
 #[derive(Debug)]
@@ -53,7 +53,7 @@ impl de::Error for DeError {
     fn unknown_variant(variant: &str, expected: &'static [&'static str]) -> Self {
         DeError {
             message: format!("unknown variant `{variant}`"),
-            hint: Some(suggestion(variant, expected)),
+            hint: Some(variant_suggestion(variant, expected)),
             span: None,
         }
     }
@@ -400,7 +400,7 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
         if !variants.contains(&name) {
             return Err(DeError {
                 message: format!("unknown variant `{name}`"),
-                hint: Some(suggestion(name, variants)),
+                hint: Some(variant_suggestion(name, variants)),
                 span: Some(tag.span),
             });
         }

@@ -123,3 +123,15 @@ pub fn suggestion(name: &str, candidates: &[&str]) -> String {
         }
     }
 }
+
+/// For a closed set of values (an enum's variants): the likely intended one, if any, and
+/// always the whole set, since a near miss may be a value that does not exist at all.
+pub fn variant_suggestion(name: &str, candidates: &[&str]) -> String {
+    let list: Vec<String> = candidates.iter().map(|c| format!("`{c}`")).collect();
+    match did_you_mean(name, candidates.iter().copied()) {
+        Some(candidate) => {
+            format!("did you mean `{candidate}`? supported: {}", list.join(", "))
+        }
+        None => format!("supported: {}", list.join(", ")),
+    }
+}
