@@ -416,15 +416,73 @@ fn unset_secrets_are_errors_when_serving() {
 }
 
 #[test]
-fn connector_settings_schemas_in_the_repository_are_fresh() {
-    for (name, text) in hookgate::connectors::settings_schemas() {
-        let committed = std::fs::read_to_string(root().join("schemas/connectors").join(name))
-            .unwrap_or_default();
+fn schemas_in_the_repository_are_fresh_and_printed_by_hookgate_schema() {
+    for (name, text) in hookgate::schemas::all() {
+        let committed =
+            std::fs::read_to_string(root().join("schemas").join(&name)).unwrap_or_default();
         assert!(
             committed == text,
-            "schemas/connectors/{name} is stale: run `cargo xtask codegen` and commit it"
+            "schemas/{name} is stale: run `cargo xtask codegen` and commit it"
         );
     }
+    for (argument, file) in [
+        ("pipeline", "pipeline.schema.json"),
+        ("fixture", "fixture.schema.json"),
+        ("instances", "hookgate.schema.json"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["schema", argument])
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        let committed = std::fs::read_to_string(root().join("schemas").join(file)).unwrap();
+        assert_eq!(stdout(&output), committed, "hookgate schema {argument}");
+    }
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_hookgate")).args(["schema", "nope"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "an unknown schema is a usage error");
+}
+
+/// Every shipped file validates against its schema with an independent validator (Python's
+/// `jsonschema`, which `.ci/run` installs): a setting of the wrong kind's connector, or a
+/// fixture field the schema lacks, shows in an editor as it does at `check`.
+#[test]
+fn shipped_files_validate_against_their_schemas_independently() {
+    let script = r#"
+import json, pathlib, sys, yaml, jsonschema
+root = pathlib.Path(sys.argv[1])
+# YAML 1.2, as hookgate and editors read it: a timestamp is a string, not a date.
+class Loader(yaml.SafeLoader):
+    pass
+Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+def check(schema_file, files):
+    schema = json.loads((root / "schemas" / schema_file).read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    count = 0
+    for path in files:
+        for error in validator.iter_errors(yaml.load(path.read_text(), Loader=Loader)):
+            print(f"{path.relative_to(root)}: {error.json_path}: {error.message}")
+            sys.exit(1)
+        count += 1
+    return count
+pipelines = sorted(root.glob("pipelines/*.yaml")) + sorted(root.glob("pipelines/senders/*.yaml"))
+fixtures = [f for d in ["pipelines/*/*.yaml", "pipelines/senders/*/*.yaml"] for f in sorted(root.glob(d)) if f.parent.name != "senders"]
+n = check("pipeline.schema.json", pipelines) + check("fixture.schema.json", fixtures) + check("hookgate.schema.json", [root / "hookgate.yaml"])
+# A setting of another kind is an error under the instances schema.
+schema = json.loads((root / "schemas" / "hookgate.schema.json").read_text())
+wrong = {"connectors": [{"name": "crm", "kind": "mock", "settings": {"login_url": "https://login.salesforce.com"}}]}
+if not list(jsonschema.Draft202012Validator(schema).iter_errors(wrong)):
+    print("a salesforce setting on a mock instance validated"); sys.exit(1)
+print(f"validated {n} files")
+"#;
+    let output =
+        Command::new("python3").args(["-c", script]).arg(root()).output().expect("python3 runs");
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.starts_with("validated "), "{text}");
 }
 
 #[test]

@@ -213,12 +213,7 @@ fn stale_schemas(root: &Path) -> Result<Vec<String>> {
 
 /// Every generated schema, by its path under `schemas/`.
 fn schemas() -> Vec<(String, String)> {
-    let pipeline =
-        hookgate_pipeline::schemas().into_iter().map(|(name, text)| (name.to_owned(), text));
-    let connectors = hookgate::connectors::settings_schemas()
-        .into_iter()
-        .map(|(name, text)| (format!("connectors/{name}"), text));
-    pipeline.chain(connectors).collect()
+    hookgate::schemas::all()
 }
 
 fn workspace_root() -> PathBuf {

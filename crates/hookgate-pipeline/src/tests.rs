@@ -55,7 +55,9 @@ fn diagnostics_match_golden_files() {
 #[test]
 fn schemas_in_the_repository_are_fresh() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas");
-    for (name, text) in crate::schemas() {
+    // The instances schema is completed by the binary, which knows the connector kinds; its
+    // freshness is checked there.
+    for (name, text) in crate::schemas().into_iter().filter(|(n, _)| *n != "hookgate.schema.json") {
         let committed = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
         assert!(
             committed == text,

@@ -112,6 +112,12 @@ enum Command {
         #[arg(long, default_value = "POST")]
         method: String,
     },
+    /// Print a JSON Schema: `pipeline`, `fixture` or `instances` (for `hookgate.yaml`).
+    Schema {
+        /// Which schema.
+        #[arg(value_parser = ["pipeline", "fixture", "instances"])]
+        name: String,
+    },
     /// Run the whole path on embedded defaults (SQLite, a faulty mock CRM, the shipped
     /// pipelines) and show every delivery becoming exactly one CRM effect, with evidence.
     Demo {
@@ -320,6 +326,11 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Command::Schema { name } = &cli.command {
+        let Some(text) = hookgate::schemas::named(name) else { return ExitCode::from(2) };
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
     if let Command::Check { config, work } = cli.command {
         let options = Options {
             paths: config.pipelines,
@@ -354,7 +365,9 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Check { .. } | Command::Sign { .. } => unreachable!("handled without a runtime"),
+        Command::Check { .. } | Command::Sign { .. } | Command::Schema { .. } => {
+            unreachable!("handled without a runtime")
+        }
         Command::Serve { config, database, serve, work } => {
             if serve.body_budget_bytes < serve.body_limit_bytes {
                 anyhow::bail!(

@@ -1,0 +1,81 @@
+//! Every JSON Schema hookgate publishes, as committed under `schemas/` and printed by
+//! `hookgate schema`. The instances schema is completed here, where the connector kinds are
+//! known: each kind's `settings` schema is selected by `kind` (`if`/`then`), so editors check
+//! settings per kind.
+
+use serde_json::{Value, json};
+
+/// `(path under schemas/, text)` for every schema.
+pub fn all() -> Vec<(String, String)> {
+    let settings = crate::connectors::settings_schemas();
+    let mut out = Vec::new();
+    for (name, text) in hookgate_pipeline::schemas() {
+        let text =
+            if name == "hookgate.schema.json" { with_settings(&text, &settings) } else { text };
+        out.push((name.to_owned(), text));
+    }
+    out.extend(settings.into_iter().map(|(name, text)| (format!("connectors/{name}"), text)));
+    out
+}
+
+/// The schema a `hookgate schema NAME` prints.
+pub fn named(name: &str) -> Option<String> {
+    let file = match name {
+        "pipeline" => "pipeline.schema.json",
+        "fixture" => "fixture.schema.json",
+        "instances" => "hookgate.schema.json",
+        _ => return None,
+    };
+    all().into_iter().find(|(path, _)| path == file).map(|(_, text)| text)
+}
+
+/// The instances schema with each kind's settings schema inlined under a condition on `kind`.
+/// Each settings schema's `$defs` move to the root, prefixed by the kind, so its references
+/// still resolve.
+fn with_settings(instances: &str, settings: &[(&'static str, String)]) -> String {
+    let mut root: Value = serde_json::from_str(instances).expect("a generated schema");
+    let mut conditions = Vec::new();
+    for (file, text) in settings {
+        let kind = file.trim_end_matches(".settings.schema.json");
+        let mut schema: Value = serde_json::from_str(text).expect("a generated schema");
+        let defs = schema.as_object_mut().and_then(|o| o.remove("$defs"));
+        if let Some(object) = schema.as_object_mut() {
+            object.remove("$schema");
+        }
+        rename_refs(&mut schema, kind);
+        if let Some(Value::Object(defs)) = defs {
+            for (name, mut def) in defs {
+                rename_refs(&mut def, kind);
+                root["$defs"][format!("{kind}.{name}")] = def;
+            }
+        }
+        root["$defs"][format!("{kind}.settings")] = schema;
+        conditions.push(json!({
+            "if": { "properties": { "kind": { "const": kind } }, "required": ["kind"] },
+            "then": { "properties": { "settings": { "$ref": format!("#/$defs/{kind}.settings") } } }
+        }));
+    }
+    root["$defs"]["ConnectorInstance"]["allOf"] = Value::Array(conditions);
+    let mut text = serde_json::to_string_pretty(&root).expect("schemas serialise");
+    text.push('\n');
+    text
+}
+
+fn rename_refs(value: &mut Value, kind: &str) {
+    match value {
+        Value::Object(object) => {
+            for (key, inner) in object.iter_mut() {
+                match (key.as_str(), inner) {
+                    ("$ref", Value::String(target)) => {
+                        if let Some(name) = target.strip_prefix("#/$defs/") {
+                            *target = format!("#/$defs/{kind}.{name}");
+                        }
+                    }
+                    (_, inner) => rename_refs(inner, kind),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| rename_refs(item, kind)),
+        _ => {}
+    }
+}
