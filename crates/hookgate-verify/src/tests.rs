@@ -158,6 +158,21 @@ fn stripe_negative_cases() {
         let result = stripe_case(header, STRIPE_T).run(&v);
         assert!(result.is_err(), "{header:?} must be rejected");
     }
+    // The reason says which part is missing or wrong.
+    for (header, reason) in [
+        ("v1=2220f87ef101a04665f11cdf770523143f875572008577fa0f20882ddb9cc3c7", "no `t` timestamp"),
+        ("t=1533204620", "no `v1` signature (found `t`)"),
+        (
+            "t=,v1=2220f87ef101a04665f11cdf770523143f875572008577fa0f20882ddb9cc3c7",
+            "empty `t` timestamp",
+        ),
+        ("t=1533204620,t=1533204621,v1=00", "`t` given more than once"),
+        ("t=soon,v1=00", "timestamp `soon` is not a whole number"),
+    ] {
+        let rejection = stripe_case(header, STRIPE_T).run(&v).unwrap_err();
+        assert_eq!(rejection.code(), "malformed_header", "{header}");
+        assert!(rejection.to_string().contains(reason), "{header}: {rejection}");
+    }
     // NoV1Signatures: a header with only v0 fails.
     rejects(
         &v,
