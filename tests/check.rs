@@ -669,3 +669,62 @@ fn sign_works_for_every_kind_of_preset() {
     let text = stdout(&output);
     assert!(text.starts_with("X-Twilio-Email-Event-Webhook-Timestamp: 1700000000\nX-Twilio-Email-Event-Webhook-Signature: ME"), "{text}");
 }
+
+/// `--bless` writes every shipped fixture's expectation back from what its delivery produces:
+/// with every `expect:` reduced to a bare `signature: valid`, one blessing run rewrites them,
+/// a plain `check` then passes them all, and each key the original expected is the key written.
+#[test]
+fn bless_round_trips_every_shipped_fixture() {
+    let dir = project_copy();
+    copy_dir(&root().join("pipelines/senders"), &dir.path().join("pipelines/senders"));
+    let mut originals = Vec::new();
+    for pattern_dir in ["pipelines", "pipelines/senders"] {
+        for pipeline in std::fs::read_dir(dir.path().join(pattern_dir)).unwrap() {
+            let pipeline = pipeline.unwrap().path();
+            if !pipeline.is_dir() || pipeline.ends_with("senders") {
+                continue;
+            }
+            for fixture in std::fs::read_dir(&pipeline).unwrap() {
+                let fixture = fixture.unwrap().path();
+                if fixture.extension().is_none_or(|e| e != "yaml") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&fixture).unwrap();
+                let at = text.find("\nexpect:").expect("every fixture has `expect:`");
+                std::fs::write(&fixture, format!("{}\nexpect:\n  signature: valid\n", &text[..at]))
+                    .unwrap();
+                originals.push((fixture, text));
+            }
+        }
+    }
+    assert!(originals.len() > 100, "{} fixtures", originals.len());
+
+    let blessed = hookgate_check(dir.path(), &["--bless", "pipelines", "pipelines/senders"]);
+    let text = stdout(&blessed);
+    assert!(text.contains(&format!("blessed {} fixtures", originals.len())), "{text}");
+    let checked = hookgate_check(dir.path(), &["pipelines", "pipelines/senders"]);
+    let text = stdout(&checked);
+    assert!(checked.status.success(), "{text}");
+    assert!(text.contains("(0 failed): 0 errors"), "{text}");
+
+    for (fixture, original) in &originals {
+        let rewritten = std::fs::read_to_string(fixture).unwrap();
+        let field = |text: &str, name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("  {name}: ")))
+                .map(|v| v.trim().trim_matches('"').to_owned())
+        };
+        for name in ["key", "rejection", "signature"] {
+            if let Some(expected) = field(original, name) {
+                assert_eq!(
+                    field(&rewritten, name),
+                    Some(expected),
+                    "{}: {name}",
+                    fixture.display()
+                );
+            }
+        }
+        let kept = &original[..original.find("\nexpect:").unwrap()];
+        assert!(rewritten.starts_with(kept), "{}: the request is kept", fixture.display());
+    }
+}

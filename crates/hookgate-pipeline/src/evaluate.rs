@@ -541,7 +541,7 @@ fn number_text(body: &[u8], pointer: &str) -> Option<String> {
     Some(value.get().trim().to_owned())
 }
 
-fn parse_version(text: &str, version_type: VersionType) -> Result<Version, EvalError> {
+pub(crate) fn parse_version(text: &str, version_type: VersionType) -> Result<Version, EvalError> {
     let bad = |expected| EvalError::BadVersion { text: printable(text, SHOWN_CHARS_MAX), expected };
     match version_type {
         VersionType::Integer => {

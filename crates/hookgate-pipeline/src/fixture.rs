@@ -10,8 +10,8 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::check::CompiledPipeline;
-use crate::evaluate::{Delivery, Upsert};
-use crate::model::{Operation, SecretRef};
+use crate::evaluate::{Delivery, Identity, Upsert};
+use crate::model::{Operation, SecretRef, VersionType};
 use crate::path;
 use crate::yaml::PathSegment;
 
@@ -157,20 +157,22 @@ impl Fixture {
     }
 
     /// Runs the fixture against a compiled pipeline with the given body bytes.
-    pub fn run(&self, pipeline: &CompiledPipeline, body: &[u8]) -> Vec<Mismatch> {
-        let mut out = Vec::new();
-        let mut mismatch = |path: &[PathSegment], message: String| {
-            out.push(Mismatch { path: path.to_vec(), message })
-        };
-
+    /// What the delivery produces under `pipeline`; `Err` lists what keeps the fixture from
+    /// running at all (a missing test secret, an unreadable clock).
+    pub fn outcome(
+        &self,
+        pipeline: &CompiledPipeline,
+        body: &[u8],
+    ) -> Result<Outcome, Vec<Mismatch>> {
+        let mut setup = Vec::new();
         let mut secrets = Vec::new();
         for (reference, _) in &pipeline.secrets {
             match self.secret(reference) {
                 Some(secret) => secrets.push(secret),
-                None => mismatch(
-                    &path!["secrets"],
-                    format!("no test value for {reference}; add it under `secrets`"),
-                ),
+                None => setup.push(Mismatch {
+                    path: path!["secrets"].to_vec(),
+                    message: format!("no test value for {reference}; add it under `secrets`"),
+                }),
             }
         }
         let now = match OffsetDateTime::parse(&self.request.now, &Rfc3339) {
@@ -178,44 +180,58 @@ impl Fixture {
                 unix_ms: i64::try_from(now.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX),
             },
             Err(e) => {
-                mismatch(
-                    &path!["request", "now"],
-                    format!("`{}` is not an RFC 3339 timestamp: {e}", self.request.now),
-                );
-                return out;
+                setup.push(Mismatch {
+                    path: path!["request", "now"].to_vec(),
+                    message: format!("`{}` is not an RFC 3339 timestamp: {e}", self.request.now),
+                });
+                return Err(setup);
             }
         };
-        if secrets.len() != pipeline.secrets.len() {
-            return out;
+        if !setup.is_empty() {
+            return Err(setup);
         }
-        let verifier = match pipeline.verifier(&secrets) {
-            Ok(verifier) => verifier,
-            Err(e) => {
-                mismatch(&path!["secrets"], format!("test secret unusable: {e}"));
-                return out;
-            }
-        };
+        let verifier = pipeline.verifier(&secrets).map_err(|e| {
+            vec![Mismatch {
+                path: path!["secrets"].to_vec(),
+                message: format!("test secret unusable: {e}"),
+            }]
+        })?;
         let headers = self.request.all_headers();
         let url = pipeline.signed_url(&self.request.url);
         let request = Request { method: &self.request.method, url: &url, headers: &headers, body };
+        if let Err(rejection) = verifier.verify(&request, now) {
+            return Ok(Outcome::Rejected(rejection));
+        }
+        let delivery = Delivery { headers: &headers, body };
+        let evaluated = pipeline.evaluate(&delivery).and_then(|(identity, upserts)| {
+            pipeline.check_future(&identity, now.unix_ms)?;
+            Ok((identity, upserts))
+        });
+        Ok(match evaluated {
+            Ok((identity, upserts)) => Outcome::Derived(identity, upserts),
+            Err(error) => Outcome::Failed(error.to_string()),
+        })
+    }
+
+    pub fn run(&self, pipeline: &CompiledPipeline, body: &[u8]) -> Vec<Mismatch> {
+        let outcome = match self.outcome(pipeline, body) {
+            Ok(outcome) => outcome,
+            Err(setup) => return setup,
+        };
+        let mut out = Vec::new();
+        let mut mismatch = |path: &[PathSegment], message: String| {
+            out.push(Mismatch { path: path.to_vec(), message })
+        };
         let expect = &self.expect;
-        match (verifier.verify(&request, now), expect.signature) {
-            (Ok(_), SignatureVerdict::Valid) => {}
-            (Ok(_), SignatureVerdict::Invalid) => {
-                mismatch(
-                    &path!["expect", "signature"],
-                    "expected the signature to be rejected, but it is valid".into(),
-                );
-                return out;
-            }
-            (Err(rejection), SignatureVerdict::Valid) => {
+        let (identity, upserts) = match (outcome, expect.signature) {
+            (Outcome::Rejected(rejection), SignatureVerdict::Valid) => {
                 mismatch(
                     &path!["expect", "signature"],
                     format!("expected a valid signature, but it was rejected: {rejection}"),
                 );
                 return out;
             }
-            (Err(rejection), SignatureVerdict::Invalid) => {
+            (Outcome::Rejected(rejection), SignatureVerdict::Invalid) => {
                 if let Some(code) = &expect.rejection
                     && code != rejection.code()
                 {
@@ -237,34 +253,36 @@ impl Fixture {
                 }
                 return out;
             }
-        }
-
-        let delivery = Delivery { headers: &headers, body };
-        let evaluated = pipeline.evaluate(&delivery).and_then(|(identity, upserts)| {
-            pipeline.check_future(&identity, now.unix_ms)?;
-            Ok((identity, upserts))
-        });
-        let (identity, upserts) = match (evaluated, &expect.error) {
-            (Ok(result), None) => result,
-            (Ok(_), Some(text)) => {
+            (_, SignatureVerdict::Invalid) => {
                 mismatch(
-                    &path!["expect", "error"],
-                    format!("expected an error containing `{text}`, but the event was derived"),
+                    &path!["expect", "signature"],
+                    "expected the signature to be rejected, but it is valid".into(),
                 );
                 return out;
             }
-            (Err(error), Some(text)) => {
-                if !error.to_string().contains(text.as_str()) {
-                    mismatch(
+            (Outcome::Failed(error), SignatureVerdict::Valid) => {
+                match &expect.error {
+                    Some(text) if !error.contains(text.as_str()) => mismatch(
                         &path!["expect", "error"],
                         format!("expected an error containing `{text}`, got `{error}`"),
-                    );
+                    ),
+                    Some(_) => {}
+                    None => mismatch(
+                        &path!["expect"],
+                        format!("the event could not be derived: {error}"),
+                    ),
                 }
                 return out;
             }
-            (Err(error), None) => {
-                mismatch(&path!["expect"], format!("the event could not be derived: {error}"));
-                return out;
+            (Outcome::Derived(identity, upserts), SignatureVerdict::Valid) => {
+                if let Some(text) = &expect.error {
+                    mismatch(
+                        &path!["expect", "error"],
+                        format!("expected an error containing `{text}`, but the event was derived"),
+                    );
+                    return out;
+                }
+                (identity, upserts)
             }
         };
         let mut compare = |field: &str, expected: &Option<String>, actual: Option<&str>| {
@@ -289,7 +307,19 @@ impl Fixture {
             ),
             (Some(expected), Some(actual)) => {
                 let version = actual.version.to_string();
-                if expected.entity != actual.entity || expected.version != version {
+                // Versions compare as values of their type: `2026-11-01T12:00:00Z` is the same
+                // instant as `2026-11-01T13:00:00.000000+01:00`.
+                let version_type = pipeline
+                    .ordering
+                    .as_ref()
+                    .map(|o| o.version_type)
+                    .unwrap_or(VersionType::String);
+                let same_version =
+                    match crate::evaluate::parse_version(&expected.version, version_type) {
+                        Ok(parsed) => parsed == actual.version,
+                        Err(_) => expected.version == version,
+                    };
+                if expected.entity != actual.entity || !same_version {
                     mismatch(
                         &path!["expect", "ordering"],
                         format!(
@@ -305,6 +335,115 @@ impl Fixture {
         }
         out
     }
+
+    /// Whether the expectation says little enough that `--bless` should fill it in: a valid
+    /// signature with no identity, no upserts and no error.
+    pub fn expects_little(&self) -> bool {
+        let e = &self.expect;
+        e.signature == SignatureVerdict::Valid
+            && e.key.is_none()
+            && e.upserts.is_none()
+            && e.error.is_none()
+            && e.event_type.is_none()
+            && e.ordering.is_none()
+    }
+}
+
+/// What a fixture's delivery produced.
+#[derive(Debug)]
+pub enum Outcome {
+    Rejected(hookgate_verify::Rejection),
+    /// Signed correctly, but the event could not be derived.
+    Failed(String),
+    Derived(Identity, Vec<Upsert>),
+}
+
+impl Outcome {
+    /// The `expect:` block that describes this outcome, for `hookgate check --bless`.
+    pub fn expect_block(&self) -> String {
+        let q = |text: &str| serde_json::to_string(text).expect("strings serialise");
+        let mut out = String::from("expect:\n");
+        match self {
+            Outcome::Rejected(rejection) => {
+                out.push_str("  signature: invalid\n");
+                out.push_str(&format!("  rejection: {}\n", rejection.code()));
+                out.push_str(&format!("  reason: {}\n", q(&rejection.to_string())));
+            }
+            Outcome::Failed(error) => {
+                out.push_str("  signature: valid\n");
+                out.push_str(&format!("  error: {}\n", q(error)));
+            }
+            Outcome::Derived(identity, upserts) => {
+                out.push_str("  signature: valid\n");
+                out.push_str(&format!("  key: {}\n", q(&identity.key)));
+                out.push_str(&format!("  scope: {}\n", q(&identity.scope)));
+                if let Some(event_type) = &identity.event_type {
+                    out.push_str(&format!("  event_type: {}\n", q(event_type)));
+                }
+                if let Some(ordering) = &identity.ordering {
+                    out.push_str(&format!(
+                        "  ordering: {{ entity: {}, version: {} }}\n",
+                        q(&ordering.entity),
+                        q(&ordering.version.to_string())
+                    ));
+                }
+                if upserts.is_empty() {
+                    out.push_str("  upserts: []\n");
+                } else {
+                    out.push_str("  upserts:\n");
+                    for upsert in upserts {
+                        out.push_str(&format!("    - target: {}\n", q(&upsert.target)));
+                        out.push_str(&format!("      connector: {}\n", q(&upsert.connector)));
+                        out.push_str(&format!("      object: {}\n", q(&upsert.object)));
+                        if upsert.operation != Operation::default() {
+                            out.push_str(&format!(
+                                "      operation: {}\n",
+                                upsert.operation.as_str()
+                            ));
+                        }
+                        out.push_str(&format!(
+                            "      external_id: {{ field: {}, value: {} }}\n",
+                            q(&upsert.external_id_field),
+                            q(&upsert.external_id_value)
+                        ));
+                        if !upsert.fields.is_empty() {
+                            out.push_str("      fields:\n");
+                            for (name, value) in &upsert.fields {
+                                out.push_str(&format!("        {}: {}\n", q(name), q(value)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `source` with its top-level `expect:` block replaced by `block`.
+pub fn replace_expect_block(source: &str, block: &str) -> String {
+    let mut out = String::with_capacity(source.len() + block.len());
+    let mut inside = false;
+    let mut replaced = false;
+    for line in source.lines() {
+        if !inside && (line == "expect:" || line.starts_with("expect:")) {
+            inside = true;
+            replaced = true;
+            out.push_str(block);
+            continue;
+        }
+        if inside && !line.is_empty() && !line.starts_with(' ') && !line.starts_with('#') {
+            inside = false;
+        }
+        if !inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if !replaced {
+        out.push_str(block);
+    }
+    out
 }
 
 fn show(value: Option<&str>) -> String {

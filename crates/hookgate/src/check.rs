@@ -210,6 +210,8 @@ pub struct Report {
     pub pipelines: usize,
     pub fixtures_run: usize,
     pub fixtures_failed: usize,
+    /// Fixtures whose `expect:` `--bless` rewrote.
+    pub fixtures_blessed: usize,
 }
 
 impl Report {
@@ -239,23 +241,40 @@ impl Report {
             self.errors(),
             self.warnings()
         );
+        if self.fixtures_blessed > 0 {
+            let _ = writeln!(
+                out,
+                "blessed {} fixtures: their `expect:` now says what their deliveries produce; review the diff",
+                self.fixtures_blessed
+            );
+        }
         out
     }
 }
 
 /// `hookgate check`: load everything, then run each compiled pipeline's fixtures.
 pub fn check(options: &Options) -> Report {
+    check_fixtures(options, false)
+}
+
+/// `hookgate check --bless`: as `check`, but a fixture that fails, or expects nothing beyond a
+/// valid signature, has its `expect:` rewritten from what its delivery produces, for review.
+pub fn bless(options: &Options) -> Report {
+    check_fixtures(options, true)
+}
+
+fn check_fixtures(options: &Options, bless: bool) -> Report {
     let project = load(options);
     let mut report = Report { pipelines: project.pipelines.len(), ..Report::default() };
     report.diagnostics = project.diagnostics;
     for loaded in &project.pipelines {
-        run_fixtures(loaded, &mut report);
+        run_fixtures(loaded, &mut report, bless);
     }
     report.diagnostics.sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));
     report
 }
 
-fn run_fixtures(loaded: &LoadedPipeline, report: &mut Report) {
+fn run_fixtures(loaded: &LoadedPipeline, report: &mut Report, bless: bool) {
     let dir = fixture_dir(&loaded.path);
     let Ok(entries) = std::fs::read_dir(&dir) else { return };
     let mut paths: Vec<PathBuf> =
@@ -264,14 +283,14 @@ fn run_fixtures(loaded: &LoadedPipeline, report: &mut Report) {
     for path in paths {
         report.fixtures_run += 1;
         let before = report.errors();
-        run_fixture(&loaded.compiled, &path, report);
+        run_fixture(&loaded.compiled, &path, report, bless);
         if report.errors() > before {
             report.fixtures_failed += 1;
         }
     }
 }
 
-fn run_fixture(pipeline: &CompiledPipeline, path: &Path, report: &mut Report) {
+fn run_fixture(pipeline: &CompiledPipeline, path: &Path, report: &mut Report, bless: bool) {
     let name = path.display().to_string();
     let source = match files::read_config(path) {
         Ok(source) => source,
@@ -289,7 +308,32 @@ fn run_fixture(pipeline: &CompiledPipeline, path: &Path, report: &mut Report) {
             return report.diagnostics.push(Diagnostic::error(&name, span, diagnostic.message));
         }
     };
-    for mismatch in loaded.fixture.run(pipeline, &body) {
+    let mismatches = loaded.fixture.run(pipeline, &body);
+    if bless
+        && (!mismatches.is_empty() || loaded.fixture.expects_little())
+        && let Ok(outcome) = loaded.fixture.outcome(pipeline, &body)
+    {
+        let blessed =
+            hookgate_pipeline::fixture::replace_expect_block(&source, &outcome.expect_block());
+        if blessed != source {
+            match std::fs::write(path, blessed) {
+                Ok(()) => {
+                    report.fixtures_blessed += 1;
+                    return;
+                }
+                Err(e) => {
+                    let span = Span { start: loaded.position(&[]), end: loaded.position(&[]) };
+                    report.diagnostics.push(Diagnostic::error(
+                        &name,
+                        span,
+                        format!("cannot rewrite: {e}"),
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+    for mismatch in mismatches {
         let pos = loaded.position(&mismatch.path);
         let span = Span { start: pos, end: pos };
         report.diagnostics.push(Diagnostic::error(&name, span, mismatch.message));

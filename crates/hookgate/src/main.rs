@@ -35,6 +35,10 @@ enum Command {
     Check {
         #[command(flatten)]
         config: ConfigArgs,
+        /// Rewrite the `expect:` of every fixture that fails, or expects nothing beyond a valid
+        /// signature, from what its delivery produces (also `UPDATE_EXPECT=1`); review the diff.
+        #[arg(long)]
+        bless: bool,
         /// The workers' settings (and their environment variables) are checked too, so that a
         /// deployment's CI refuses what `serve` would.
         #[command(flatten)]
@@ -331,14 +335,15 @@ fn main() -> ExitCode {
         print!("{text}");
         return ExitCode::SUCCESS;
     }
-    if let Command::Check { config, work } = cli.command {
+    if let Command::Check { config, bless, work } = cli.command {
         let options = Options {
             paths: config.pipelines,
             instances: config.instances,
             secrets: SecretPolicy::Warn,
             resolver: Default::default(),
         };
-        let mut report = check::check(&options);
+        let bless = bless || std::env::var_os("UPDATE_EXPECT").is_some_and(|v| v == "1");
+        let mut report = if bless { check::bless(&options) } else { check::check(&options) };
         if let Err(problem) = work.worker_config() {
             report.option_errors.push(format!("{problem:#}"));
         }
