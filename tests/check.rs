@@ -728,3 +728,83 @@ fn bless_round_trips_every_shipped_fixture() {
         assert!(rewritten.starts_with(kept), "{}: the request is kept", fixture.display());
     }
 }
+
+/// `hookgate fixture new` writes a signed fixture whose expectation is what the delivery
+/// produces, and `check` passes it; public-key schemes say what they need instead.
+#[test]
+fn fixture_new_writes_a_fixture_that_passes() {
+    let dir = project_copy();
+    copy_dir(&root().join("pipelines/senders"), &dir.path().join("pipelines/senders"));
+    let new = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["fixture", "new"])
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let output = new(&[
+        "pipelines/github.yaml",
+        "--body",
+        "pipelines/github/push.json",
+        "--name",
+        "written",
+        "--header",
+        "X-GitHub-Delivery: d-1",
+        "--header",
+        "X-GitHub-Event: push",
+        "--header",
+        "X-GitHub-Hook-ID: 7",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let written =
+        std::fs::read_to_string(dir.path().join("pipelines/github/written.yaml")).unwrap();
+    assert!(
+        written.starts_with("# yaml-language-server: $schema=../../schemas/fixture.schema.json")
+    );
+    assert!(
+        written.contains("  key: \"d-1\"") && written.contains("value: \"monalisa\""),
+        "{written}"
+    );
+    // A Standard Webhooks sender under pipelines/senders: a whsec test secret is made up.
+    let output = new(&[
+        "pipelines/senders/svix.yaml",
+        "--body",
+        "pipelines/senders/svix/invoice-paid.json",
+        "--name",
+        "written",
+        "--message-id",
+        "msg_written",
+        "--now",
+        "2026-11-01T12:00:00Z",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let written =
+        std::fs::read_to_string(dir.path().join("pipelines/senders/svix/written.yaml")).unwrap();
+    assert!(
+        written.starts_with("# yaml-language-server: $schema=../../../schemas/fixture.schema.json"),
+        "{written}"
+    );
+    assert!(written.contains("SVIX_WEBHOOK_SECRET\": \"whsec_"), "{written}");
+    assert!(written.contains("  key: \"msg_written\""), "{written}");
+    let checked = hookgate_check(dir.path(), &["pipelines", "pipelines/senders"]);
+    let text = stdout(&checked);
+    assert!(checked.status.success() && text.contains("(0 failed): 0 errors"), "{text}");
+    // Existing names are not overwritten; public keys are asked for.
+    let again = new(&[
+        "pipelines/github.yaml",
+        "--body",
+        "pipelines/github/push.json",
+        "--name",
+        "written",
+    ]);
+    assert!(!again.status.success());
+    let sns = new(&[
+        "pipelines/senders/aws-sns.yaml",
+        "--body",
+        "pipelines/senders/aws-sns/sha1.json",
+        "--name",
+        "x",
+    ]);
+    assert!(String::from_utf8_lossy(&sns.stderr).contains("verifies with a public key"));
+}

@@ -17,6 +17,7 @@ pub mod connectors;
 pub mod demo;
 pub mod events;
 pub mod files;
+pub mod fixture_new;
 pub mod schemas;
 pub mod secrets;
 pub mod serve;

@@ -116,6 +116,12 @@ enum Command {
         #[arg(long, default_value = "POST")]
         method: String,
     },
+    /// Fixtures: `new` writes a signed one for a body, its expectation taken from what the
+    /// delivery produces.
+    Fixture {
+        #[command(subcommand)]
+        command: FixtureCommand,
+    },
     /// Print a JSON Schema: `pipeline`, `fixture` or `instances` (for `hookgate.yaml`).
     Schema {
         /// Which schema.
@@ -175,6 +181,40 @@ enum CrmCommand {
 
 fn humantime_duration(text: &str) -> Result<Duration, String> {
     text.parse::<humantime::Duration>().map(Into::into).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Subcommand)]
+enum FixtureCommand {
+    /// Write `pipelines/NAME/FIXTURE.yaml` (and the body beside it) for a body, signed with test
+    /// secrets (made up unless given), its `expect:` written from what the delivery produces.
+    New {
+        /// The pipeline file.
+        pipeline: PathBuf,
+        /// The body, byte for byte.
+        #[arg(long)]
+        body: PathBuf,
+        /// The fixture's name (the file is NAME.yaml beside the pipeline's other fixtures).
+        #[arg(long)]
+        name: String,
+        /// The URL the sender calls (URL-signed schemes).
+        #[arg(long)]
+        url: Option<String>,
+        /// The signing time and the fixture's clock, RFC 3339 (default: now).
+        #[arg(long)]
+        now: Option<String>,
+        /// A header the sender sends besides the signature, `Name: value`; repeatable.
+        #[arg(long = "header")]
+        headers: Vec<String>,
+        /// The message id (Standard Webhooks).
+        #[arg(long, default_value = "msg_fixture")]
+        message_id: String,
+        /// A test value for a secret reference, `NAME=VALUE`; repeatable.
+        #[arg(long = "secret")]
+        secrets: Vec<String>,
+        /// For public-key schemes: the sender's private key.
+        #[arg(long)]
+        private_key: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -330,6 +370,43 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Command::Fixture {
+        command:
+            FixtureCommand::New {
+                pipeline,
+                body,
+                name,
+                url,
+                now,
+                headers,
+                message_id,
+                secrets,
+                private_key,
+            },
+    } = &cli.command
+    {
+        let input = hookgate::fixture_new::NewFixture {
+            pipeline,
+            body,
+            name,
+            url: url.as_deref(),
+            now: now.as_deref(),
+            headers,
+            message_id,
+            secrets,
+            private_key: private_key.as_deref(),
+        };
+        return match hookgate::fixture_new::run(&input) {
+            Ok(path) => {
+                println!("wrote {}", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Command::Schema { name } = &cli.command {
         let Some(text) = hookgate::schemas::named(name) else { return ExitCode::from(2) };
         print!("{text}");
@@ -370,7 +447,10 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Check { .. } | Command::Sign { .. } | Command::Schema { .. } => {
+        Command::Check { .. }
+        | Command::Sign { .. }
+        | Command::Schema { .. }
+        | Command::Fixture { .. } => {
             unreachable!("handled without a runtime")
         }
         Command::Serve { config, database, serve, work } => {

@@ -101,7 +101,7 @@ pub fn run(input: &Input<'_>) -> Result<String> {
 
 /// The body with one string member set (the rest of the JSON is re-serialised; senders that
 /// sign body members sign their values, not the body's bytes).
-fn with_body_field(body: &[u8], pointer: &str, value: &str) -> Result<Vec<u8>> {
+pub(crate) fn with_body_field(body: &[u8], pointer: &str, value: &str) -> Result<Vec<u8>> {
     let mut json: serde_json::Value =
         serde_json::from_slice(body).context("the body must be JSON for this scheme")?;
     let value = serde_json::Value::String(value.to_owned());
