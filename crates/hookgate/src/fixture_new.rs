@@ -38,13 +38,8 @@ pub fn run(input: &NewFixture<'_>) -> Result<PathBuf> {
     {
         bail!("`{}` is not a fixture name (letters, digits, `-`, `_`)", input.name);
     }
-    let source = files::read_config(input.pipeline).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let (source, compiled) = crate::sign::compile_pipeline(input.pipeline)?;
     let pipeline_name = input.pipeline.display().to_string();
-    let (compiled, diagnostics) = hookgate_pipeline::load_pipeline(&pipeline_name, &source, None);
-    let Some(compiled) = compiled else {
-        let text: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
-        bail!("{}", text.join("\n"));
-    };
     let dir = fixture_dir(input.pipeline);
     let path = dir.join(format!("{}.yaml", input.name));
     if path.exists() {

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use hookgate_pipeline::CompiledPipeline;
 use hookgate_pipeline::model::SecretRef;
 use hookgate_verify::{Clock, PrivateKey, Request, SecretBytes, SignInput};
 
@@ -25,14 +26,22 @@ pub struct Input<'a> {
 }
 
 /// The signature headers, one `Name: value` line each, ready for a fixture's `headers:`.
-pub fn run(input: &Input<'_>) -> Result<String> {
-    let source = files::read_config(input.pipeline).map_err(|d| anyhow::anyhow!("{d}"))?;
-    let name = input.pipeline.display().to_string();
+/// One pipeline file, compiled on its own (no instances file): its text and the result, or
+/// its diagnostics as the error.
+pub(crate) fn compile_pipeline(path: &Path) -> Result<(String, CompiledPipeline)> {
+    let source = files::read_config(path).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let name = path.display().to_string();
     let (compiled, diagnostics) = hookgate_pipeline::load_pipeline(&name, &source, None);
     let Some(compiled) = compiled else {
         let text: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
         bail!("{}", text.join("\n"));
     };
+    Ok((source, compiled))
+}
+
+pub fn run(input: &Input<'_>) -> Result<String> {
+    let (_, compiled) = compile_pipeline(input.pipeline)?;
+    let name = input.pipeline.display().to_string();
     let Some((reference, _)) = compiled.secrets.first() else { bail!("{name} lists no secret") };
     let secret = match input.fixture {
         Some(path) => {
