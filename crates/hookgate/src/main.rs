@@ -359,16 +359,7 @@ fn main() -> ExitCode {
             url,
             method,
         };
-        return match hookgate::sign::run(&input) {
-            Ok(headers) => {
-                print!("{headers}");
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("error: {error:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return printed(hookgate::sign::run(&input));
     }
     if let Command::Fixture {
         command:
@@ -396,16 +387,9 @@ fn main() -> ExitCode {
             secrets,
             private_key: private_key.as_deref(),
         };
-        return match hookgate::fixture_new::run(&input) {
-            Ok(path) => {
-                println!("wrote {}", path.display());
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("error: {error:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return printed(
+            hookgate::fixture_new::run(&input).map(|path| format!("wrote {}\n", path.display())),
+        );
     }
     if let Command::Schema { name } = &cli.command {
         let Some(text) = hookgate::schemas::named(name) else { return ExitCode::from(2) };
@@ -562,4 +546,18 @@ fn init_tracing(default: &str) {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
+}
+
+/// A command's output on stdout, or its error on stderr with a failing exit code.
+fn printed(result: Result<String>) -> ExitCode {
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
