@@ -114,13 +114,13 @@ impl Instances {
     pub fn check_settings<T: serde::de::DeserializeOwned>(&self, name: &str) -> Vec<Diagnostic> {
         let (Some(doc), Some(&i)) = (&self.doc, self.index.get(name)) else { return Vec::new() };
         let instance = doc.locate(&path!["connectors", i]);
-        let node = match instance.get(&"settings".into()) {
+        let mut node = match instance.get(&"settings".into()) {
             Some(settings) => settings.clone(),
             // No `settings:` at all is an empty mapping, checked like one (required settings
             // are then reported at the instance).
             None => Node { span: instance.span, value: Value::Map(Vec::new()) },
         };
-        crate::de::from_node::<T>(&self.file, &node).1
+        crate::de::from_node::<T>(&self.file, &mut node).1
     }
 
     /// Reports each credential a kind requires that an instance does not reference.
@@ -339,7 +339,7 @@ pub(crate) fn check_pipeline(
         (Some(source), _) => compile_source(&mut c, &path!["key"], source, false),
         (None, Some(source)) => compile_source(&mut c, &path!["key"], source, false),
         (None, None) => {
-            c.error(&[], "missing field `key`").hint = Some("say where the sender's event id is, e.g. `key: { header: X-Event-Id }`, or set `provider`".into());
+            c.error_at_key(&path!["key"], "missing field `key`").hint = Some("say where the sender's event id is, e.g. `key: { header: X-Event-Id }`, or set `provider`".into());
             CompiledSource::BodySha256
         }
     };

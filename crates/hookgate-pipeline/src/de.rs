@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 
-use crate::diagnostic::{Diagnostic, Span, suggestion, variant_suggestion};
+use crate::diagnostic::{Diagnostic, Pos, Span, did_you_mean, suggestion, variant_suggestion};
 use crate::yaml::{Node, Style, Value};
 
 #[derive(Debug)]
@@ -20,12 +20,36 @@ pub struct DeError {
     pub message: String,
     pub hint: Option<String>,
     pub span: Option<Span>,
+    kind: ErrorKind,
+    /// The address of the node the error concerns, so that [`from_node`] can repair exactly
+    /// that node and go on. Only compared, never dereferenced.
+    node: Option<usize>,
+}
+
+/// What kind of repair lets deserialization go on past an error.
+#[derive(Debug, Clone, PartialEq)]
+enum ErrorKind {
+    /// A value of the wrong type, or one a type's own parser refused: replace it.
+    Value,
+    /// A name that is not one of the enum's variants: substitute one that is.
+    UnknownVariant { expected: &'static [&'static str] },
+    /// A required field is absent from a mapping: add a stand-in.
+    MissingField { name: &'static str },
+    /// An enum variant written as a bare name needs a value: give it one.
+    NeedsValue,
 }
 
 impl DeError {
-    fn at(mut self, span: Span) -> DeError {
-        self.span.get_or_insert(span);
+    fn at(mut self, node: &Node) -> DeError {
+        if self.node.is_none() {
+            self.node = Some(std::ptr::from_ref(node) as usize);
+            self.span.get_or_insert(node.span);
+        }
         self
+    }
+
+    fn new(message: String, hint: Option<String>, kind: ErrorKind) -> DeError {
+        DeError { message, hint, span: None, kind, node: None }
     }
 
     pub fn into_diagnostic(self, file: &str, fallback: Span) -> Diagnostic {
@@ -47,27 +71,31 @@ impl std::error::Error for DeError {}
 
 impl de::Error for DeError {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        DeError { message: msg.to_string(), hint: None, span: None }
+        DeError::new(msg.to_string(), None, ErrorKind::Value)
     }
 
     fn unknown_variant(variant: &str, expected: &'static [&'static str]) -> Self {
-        DeError {
-            message: format!("unknown variant `{variant}`"),
-            hint: Some(variant_suggestion(variant, expected)),
-            span: None,
-        }
+        DeError::new(
+            format!("unknown variant `{variant}`"),
+            Some(variant_suggestion(variant, expected)),
+            ErrorKind::UnknownVariant { expected },
+        )
     }
 
     fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
-        DeError {
-            message: format!("unknown field `{field}`"),
-            hint: Some(suggestion(field, expected)),
-            span: None,
-        }
+        DeError::new(
+            format!("unknown field `{field}`"),
+            Some(suggestion(field, expected)),
+            ErrorKind::Value,
+        )
     }
 
     fn missing_field(field: &'static str) -> Self {
-        <DeError as de::Error>::custom(format_args!("missing field `{field}`"))
+        DeError::new(
+            format!("missing field `{field}`"),
+            None,
+            ErrorKind::MissingField { name: field },
+        )
     }
 }
 
@@ -76,25 +104,226 @@ impl de::Error for DeError {
 pub struct Recovered {
     file: String,
     diagnostics: RefCell<Vec<Diagnostic>>,
+    /// Unknown keys seen in this pass: the mapping's address, and the field the key was
+    /// probably meant to be. A "missing field" for that field is an echo of the typo.
+    misspelt: RefCell<Vec<(usize, &'static str)>>,
 }
 
-impl Recovered {
-    pub fn into_inner(self) -> Vec<Diagnostic> {
-        self.diagnostics.into_inner()
+/// How many times one file may be repaired and deserialized again. Each repair fixes one
+/// error (or tries the next stand-in for one), so this bounds the work a hostile file causes.
+const REPAIRS_MAX: usize = 512;
+
+/// Deserializes `T` from `node`, reporting every problem in one pass.
+///
+/// serde stops at the first hard error, so one run would show one error per file. Instead,
+/// each hard error is reported and then repaired in the tree (a wrong value replaced by a
+/// stand-in, an unknown variant by a known one, a missing field added), and deserialization
+/// runs again, until it succeeds. Stand-ins are tried in turn (null, a string, a number, a
+/// boolean, a mapping, a list) until one has the type serde wants; errors inside stand-ins are
+/// never reported. A missing field is not reported when an unknown key in the same mapping
+/// was probably meant to be it: the typo has already been reported.
+///
+/// `node` is left repaired, so that later checks locate values in the tree the returned value
+/// came from. The value is returned even when errors were reported, so that the semantic
+/// checks run too; callers must not use it for anything but checking when errors exist.
+pub fn from_node<T: de::DeserializeOwned>(
+    file: &str,
+    node: &mut Node,
+) -> (Option<T>, Vec<Diagnostic>) {
+    let (value, diagnostics, _) = from_node_repairing(file, node);
+    (value, diagnostics)
+}
+
+/// [`from_node`], also returning where stand-ins were put (each stand-in's position, and its
+/// key's when it is a mapping's value): later checks of those values only restate an error
+/// already reported, and are dropped.
+pub fn from_node_repairing<T: de::DeserializeOwned>(
+    file: &str,
+    node: &mut Node,
+) -> (Option<T>, Vec<Diagnostic>, Vec<Pos>) {
+    let mut diagnostics: Vec<Diagnostic> = Vec::new();
+    let report = |diagnostic: Diagnostic, diagnostics: &mut Vec<Diagnostic>| {
+        if !diagnostics.contains(&diagnostic) {
+            diagnostics.push(diagnostic);
+        }
+    };
+    let mut stand_ins: Vec<(Vec<Step>, usize)> = Vec::new();
+    for _ in 0..REPAIRS_MAX {
+        let recovered = Recovered {
+            file: file.to_owned(),
+            diagnostics: RefCell::default(),
+            misspelt: RefCell::default(),
+        };
+        let result = T::deserialize(NodeDeserializer { node, recovered: &recovered });
+        let misspelt = recovered.misspelt.take();
+        for diagnostic in recovered.diagnostics.take() {
+            report(diagnostic, &mut diagnostics);
+        }
+        let error = match result {
+            Ok(value) => {
+                let positions = stand_in_positions(node, &stand_ins);
+                return (Some(value), diagnostics, positions);
+            }
+            Err(error) => error,
+        };
+        let (kind, address) = (error.kind.clone(), error.node);
+        let Some(path) = address.and_then(|address| path_to(node, address)) else {
+            report(error.into_diagnostic(file, node.span), &mut diagnostics);
+            return (None, diagnostics, Vec::new());
+        };
+        let inside_stand_in = stand_ins.iter().any(|(p, _)| path.starts_with(p));
+        let echo = match kind {
+            ErrorKind::MissingField { name } => {
+                misspelt.iter().any(|&(map, meant)| Some(map) == address && meant == name)
+            }
+            _ => false,
+        };
+        if !inside_stand_in && !echo {
+            report(error.into_diagnostic(file, node.span), &mut diagnostics);
+        }
+        if !repair(node, &path, &kind, &mut stand_ins) {
+            return (None, diagnostics, Vec::new());
+        }
+    }
+    (None, diagnostics, Vec::new())
+}
+
+fn stand_in_positions(root: &mut Node, stand_ins: &[(Vec<Step>, usize)]) -> Vec<Pos> {
+    let mut positions = Vec::new();
+    for (path, _) in stand_ins {
+        if let Some(node) = node_at(root, path) {
+            positions.push(node.span.start);
+        }
+        if let Some((Step::Value(i), parent)) = path.split_last()
+            && let Some(parent) = node_at(root, parent)
+            && let Value::Map(entries) = &parent.value
+            && let Some((key, _)) = entries.get(*i)
+        {
+            positions.push(key.span.start);
+        }
+    }
+    positions
+}
+
+/// One step from a node to a child: a mapping's value or key by entry index, a list's item.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Value(usize),
+    Key(usize),
+    Item(usize),
+}
+
+fn path_to(node: &Node, address: usize) -> Option<Vec<Step>> {
+    if std::ptr::from_ref(node) as usize == address {
+        return Some(Vec::new());
+    }
+    let found = |step: Step, child: &Node| {
+        path_to(child, address).map(|mut rest| {
+            rest.insert(0, step);
+            rest
+        })
+    };
+    match &node.value {
+        Value::Map(entries) => entries.iter().enumerate().find_map(|(i, (key, value))| {
+            found(Step::Key(i), key).or_else(|| found(Step::Value(i), value))
+        }),
+        Value::Seq(items) => {
+            items.iter().enumerate().find_map(|(i, item)| found(Step::Item(i), item))
+        }
+        _ => None,
     }
 }
 
-/// Deserializes `T` from `node`. Returns the value (if no hard error occurred) and every
-/// diagnostic found on the way.
-pub fn from_node<T: de::DeserializeOwned>(file: &str, node: &Node) -> (Option<T>, Vec<Diagnostic>) {
-    let recovered = Recovered { file: file.to_owned(), diagnostics: RefCell::default() };
-    let result = T::deserialize(NodeDeserializer { node, recovered: &recovered });
-    let mut diagnostics = recovered.into_inner();
-    match result {
-        Ok(value) => (Some(value), diagnostics),
-        Err(error) => {
-            diagnostics.push(error.into_diagnostic(file, node.span));
-            (None, diagnostics)
+fn node_at<'a>(node: &'a mut Node, path: &[Step]) -> Option<&'a mut Node> {
+    let Some((step, rest)) = path.split_first() else { return Some(node) };
+    let child = match (&mut node.value, step) {
+        (Value::Map(entries), Step::Value(i)) => &mut entries.get_mut(*i)?.1,
+        (Value::Map(entries), Step::Key(i)) => &mut entries.get_mut(*i)?.0,
+        (Value::Seq(items), Step::Item(i)) => items.get_mut(*i)?,
+        _ => return None,
+    };
+    node_at(child, rest)
+}
+
+/// Stand-ins for a value of unknown type, in the order they are tried.
+fn stand_in(attempt: usize) -> Option<Value> {
+    let scalar = |text: &str, style| Value::Scalar { text: text.to_owned(), style };
+    Some(match attempt {
+        0 => Value::Null,
+        1 => scalar("", Style::SingleQuoted),
+        2 => scalar("0", Style::Plain),
+        3 => scalar("false", Style::Plain),
+        4 => Value::Map(Vec::new()),
+        5 => Value::Seq(Vec::new()),
+        _ => return None,
+    })
+}
+
+/// Repairs the node at `path` so that the next pass gets past `kind`. False if it cannot.
+fn repair(
+    root: &mut Node,
+    path: &[Step],
+    kind: &ErrorKind,
+    stand_ins: &mut Vec<(Vec<Step>, usize)>,
+) -> bool {
+    if path.is_empty() {
+        // The document itself has the wrong shape: there is nothing to go on with.
+        return false;
+    }
+    let Some(node) = node_at(root, path) else { return false };
+    let span = node.span;
+    match kind {
+        ErrorKind::UnknownVariant { expected } => {
+            let Some(first) = expected.first() else { return false };
+            let name = node.as_str().and_then(|n| did_you_mean(n, expected.iter().copied()));
+            node.value =
+                Value::Scalar { text: name.unwrap_or(first).to_owned(), style: Style::Plain };
+            // A key names the variant of its mapping: the whole mapping is now a stand-in.
+            let owner = match path.last() {
+                Some(Step::Key(_)) => path[..path.len() - 1].to_vec(),
+                _ => path.to_vec(),
+            };
+            if !stand_ins.iter().any(|(p, _)| *p == owner) {
+                stand_ins.push((owner, usize::MAX));
+            }
+            true
+        }
+        ErrorKind::MissingField { name } => {
+            let Value::Map(entries) = &mut node.value else { return false };
+            let key = Node { span, value: Value::Scalar { text: (*name).to_owned(), style: Style::Plain } };
+            entries.push((key, Node { span, value: Value::Null }));
+            let mut field = path.to_vec();
+            field.push(Step::Value(entries.len() - 1));
+            stand_ins.push((field, 0));
+            true
+        }
+        ErrorKind::NeedsValue => {
+            let Some(name) = node.as_str().map(str::to_owned) else { return false };
+            let key = Node { span, value: Value::Scalar { text: name, style: Style::Plain } };
+            node.value = Value::Map(vec![(key, Node { span, value: Value::Null })]);
+            let mut value = path.to_vec();
+            value.push(Step::Value(0));
+            stand_ins.push((value, 0));
+            true
+        }
+        ErrorKind::Value => {
+            let attempt = match stand_ins.iter_mut().find(|(p, _)| p == path) {
+                Some((_, attempt)) => {
+                    *attempt = attempt.saturating_add(1);
+                    *attempt
+                }
+                None => {
+                    stand_ins.push((path.to_vec(), 0));
+                    0
+                }
+            };
+            match stand_in(attempt) {
+                Some(value) => {
+                    node.value = value;
+                    true
+                }
+                None => false,
+            }
         }
     }
 }
@@ -117,11 +346,8 @@ impl<'a> NodeDeserializer<'a> {
             Value::Seq(_) => "a list".to_owned(),
             Value::Map(_) => "a mapping".to_owned(),
         };
-        DeError {
-            message: format!("expected {expected}, found {found}"),
-            hint: None,
-            span: Some(self.node.span),
-        }
+        DeError::new(format!("expected {expected}, found {found}"), None, ErrorKind::Value)
+            .at(self.node)
     }
 
     /// The text of a scalar as a string, if the node is one.
@@ -202,7 +428,7 @@ macro_rules! deserialize_int {
     ($($method:ident => $visit:ident,)*) => {$(
         fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
             let n = self.parse_int("a whole number that fits")?;
-            visitor.$visit(n).map_err(|e: DeError| e.at(self.node.span))
+            visitor.$visit(n).map_err(|e: DeError| e.at(self.node))
         }
     )*};
 }
@@ -211,7 +437,7 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
     type Error = DeError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
-        let span = self.node.span;
+        let node = self.node;
         let result = match &self.node.value {
             Value::Null => visitor.visit_unit(),
             Value::Scalar { text, style: Style::Plain } => {
@@ -232,7 +458,7 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
             Value::Seq(_) => return self.deserialize_seq(visitor),
             Value::Map(_) => return self.deserialize_map(visitor),
         };
-        result.map_err(|e: DeError| e.at(span))
+        result.map_err(|e: DeError| e.at(node))
     }
 
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
@@ -240,7 +466,7 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
             .plain()
             .and_then(parse_yaml_bool)
             .ok_or_else(|| self.invalid_type("`true` or `false`"))?;
-        visitor.visit_bool(b).map_err(|e: DeError| e.at(self.node.span))
+        visitor.visit_bool(b).map_err(|e: DeError| e.at(self.node))
     }
 
     deserialize_int! {
@@ -260,7 +486,7 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
 
     fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
         let x = self.parse_float()?;
-        visitor.visit_f64(x).map_err(|e: DeError| e.at(self.node.span))
+        visitor.visit_f64(x).map_err(|e: DeError| e.at(self.node))
     }
 
     fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
@@ -271,7 +497,7 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
         // Any scalar reads as its text: `version: 1.0` is the string "1.0" when a string is
         // wanted. Null is not a string.
         let text = self.text().ok_or_else(|| self.invalid_type("a string"))?;
-        visitor.visit_str(text).map_err(|e: DeError| e.at(self.node.span))
+        visitor.visit_str(text).map_err(|e: DeError| e.at(self.node))
     }
 
     fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
@@ -313,13 +539,13 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, DeError> {
-        visitor.visit_newtype_struct(self).map_err(|e: DeError| e.at(self.node.span))
+        visitor.visit_newtype_struct(self).map_err(|e: DeError| e.at(self.node))
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
         let Value::Seq(items) = &self.node.value else { return Err(self.invalid_type("a list")) };
         let access = SeqAccess { items: items.iter(), de: self };
-        visitor.visit_seq(access).map_err(|e: DeError| e.at(self.node.span))
+        visitor.visit_seq(access).map_err(|e: DeError| e.at(self.node))
     }
 
     fn deserialize_tuple<V: Visitor<'de>>(
@@ -348,7 +574,7 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
             value: None,
             de: self,
         };
-        visitor.visit_map(access).map_err(|e: DeError| e.at(self.node.span))
+        visitor.visit_map(access).map_err(|e: DeError| e.at(self.node))
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -371,12 +597,16 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
                     )
                     .with_hint(suggestion(key, fields));
                     self.recovered.diagnostics.borrow_mut().push(diagnostic);
+                    if let Some(meant) = did_you_mean(key, fields.iter().copied()) {
+                        let map = std::ptr::from_ref(self.node) as usize;
+                        self.recovered.misspelt.borrow_mut().push((map, meant));
+                    }
                 }
                 _ => known.push(entry),
             }
         }
         let access = MapAccess { entries: known.into_iter(), value: None, de: self };
-        visitor.visit_map(access).map_err(|e: DeError| e.at(self.node.span))
+        visitor.visit_map(access).map_err(|e: DeError| e.at(self.node))
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -398,14 +628,15 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
         };
         let Some(name) = tag.as_str() else { return Err(self.child(tag).invalid_type("a name")) };
         if !variants.contains(&name) {
-            return Err(DeError {
-                message: format!("unknown variant `{name}`"),
-                hint: Some(variant_suggestion(name, variants)),
-                span: Some(tag.span),
-            });
+            return Err(DeError::new(
+                format!("unknown variant `{name}`"),
+                Some(variant_suggestion(name, variants)),
+                ErrorKind::UnknownVariant { expected: variants },
+            )
+            .at(tag));
         }
         let access = EnumAccess { name, value, de: self };
-        visitor.visit_enum(access).map_err(|e: DeError| e.at(self.node.span))
+        visitor.visit_enum(access).map_err(|e: DeError| e.at(self.node))
     }
 
     fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
@@ -433,7 +664,7 @@ impl<'de> de::SeqAccess<'de> for SeqAccess<'_> {
             Some(node) => seed
                 .deserialize(self.de.child(node))
                 .map(Some)
-                .map_err(|e: DeError| e.at(node.span)),
+                .map_err(|e: DeError| e.at(node)),
             None => Ok(None),
         }
     }
@@ -455,7 +686,7 @@ impl<'de> de::MapAccess<'de> for MapAccess<'_> {
         match self.entries.next() {
             Some((key, value)) => {
                 self.value = Some(value);
-                seed.deserialize(self.de.child(key)).map(Some).map_err(|e: DeError| e.at(key.span))
+                seed.deserialize(self.de.child(key)).map(Some).map_err(|e: DeError| e.at(key))
             }
             None => Ok(None),
         }
@@ -463,7 +694,7 @@ impl<'de> de::MapAccess<'de> for MapAccess<'_> {
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
         let node = self.value.take().expect("serde asks for a value after its key");
-        seed.deserialize(self.de.child(node)).map_err(|e: DeError| e.at(node.span))
+        seed.deserialize(self.de.child(node)).map_err(|e: DeError| e.at(node))
     }
 }
 
@@ -495,11 +726,12 @@ struct VariantAccess<'a> {
 
 impl VariantAccess<'_> {
     fn needs_value(&self) -> DeError {
-        <DeError as de::Error>::custom(format_args!(
-            "`{}` needs a value: write `{}: ...`",
-            self.name, self.name
-        ))
-        .at(self.de.node.span)
+        DeError::new(
+            format!("`{}` needs a value: write `{}: ...`", self.name, self.name),
+            None,
+            ErrorKind::NeedsValue,
+        )
+        .at(self.de.node)
     }
 }
 
@@ -511,14 +743,14 @@ impl<'de> de::VariantAccess<'de> for VariantAccess<'_> {
             None | Some(Node { value: Value::Null, .. }) => Ok(()),
             Some(node) => {
                 Err(<DeError as de::Error>::custom(format_args!("`{}` takes no value", self.name))
-                    .at(node.span))
+                    .at(node))
             }
         }
     }
 
     fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, DeError> {
         let node = self.value.ok_or_else(|| self.needs_value())?;
-        seed.deserialize(self.de.child(node)).map_err(|e: DeError| e.at(node.span))
+        seed.deserialize(self.de.child(node)).map_err(|e: DeError| e.at(node))
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, _len: usize, visitor: V) -> Result<V::Value, DeError> {

@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// A position in a file, 1-based like every editor shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Pos {
     pub line: u32,
     pub column: u32,

@@ -33,12 +33,14 @@ use crate::yaml::Node;
 /// Loads the connector-instances file.
 pub fn load_instances(file: &str, source: &str) -> (Option<Instances>, Vec<Diagnostic>) {
     let (doc, mut diagnostics) = yaml::parse(file, source);
-    let Some(doc) = doc else { return (None, diagnostics) };
-    let (model, found) = de::from_node::<model::InstancesFile>(file, &doc);
+    let Some(mut doc) = doc else { return (None, diagnostics) };
+    let (model, found, stand_ins) =
+        de::from_node_repairing::<model::InstancesFile>(file, &mut doc);
     diagnostics.extend(found);
     let Some(model) = model else { return (None, diagnostics) };
     let (instances, found) = check::check_instances(file, &doc, model);
-    diagnostics.extend(found);
+    diagnostics.extend(without_echoes(&diagnostics, &stand_ins, found));
+    diagnostics.sort_by_key(|d| d.pos);
     (Some(instances), diagnostics)
 }
 
@@ -50,16 +52,33 @@ pub fn load_pipeline(
     instances: Option<&Instances>,
 ) -> (Option<CompiledPipeline>, Vec<Diagnostic>) {
     let (doc, mut diagnostics) = yaml::parse(file, source);
-    let Some(doc) = doc else { return (None, diagnostics) };
-    let (model, found) = de::from_node::<model::Pipeline>(file, &doc);
+    let Some(mut doc) = doc else { return (None, diagnostics) };
+    let (model, found, stand_ins) = de::from_node_repairing::<model::Pipeline>(file, &mut doc);
     diagnostics.extend(found);
     let Some(model) = model else { return (None, diagnostics) };
-    // Unknown fields were skipped so that the rest could be checked; the file is still wrong.
+    // Unknown fields were skipped and wrong values stood in for, so that the rest could be
+    // checked; the file is still wrong.
     let structurally_sound = !diagnostics.iter().any(Diagnostic::is_error);
     let (compiled, found) = check::check_pipeline(file, &doc, model, instances);
-    diagnostics.extend(found);
+    diagnostics.extend(without_echoes(&diagnostics, &stand_ins, found));
     diagnostics.sort_by_key(|d| d.pos);
     (compiled.filter(|_| structurally_sound), diagnostics)
+}
+
+/// The semantic `found` minus what only restates an earlier error: a check of a value that
+/// stood in for a wrong or missing one lands where that error was reported.
+fn without_echoes(
+    earlier: &[Diagnostic],
+    stand_ins: &[Pos],
+    found: Vec<Diagnostic>,
+) -> Vec<Diagnostic> {
+    let reported: std::collections::HashSet<Pos> = earlier
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.pos)
+        .chain(stand_ins.iter().copied())
+        .collect();
+    found.into_iter().filter(|d| !reported.contains(&d.pos)).collect()
 }
 
 /// A parsed fixture and its document, so mismatches can be reported at their line.
@@ -78,8 +97,8 @@ impl LoadedFixture {
 
 pub fn load_fixture(file: &str, source: &str) -> (Option<LoadedFixture>, Vec<Diagnostic>) {
     let (doc, mut diagnostics) = yaml::parse(file, source);
-    let Some(doc) = doc else { return (None, diagnostics) };
-    let (fixture, found) = de::from_node::<fixture::Fixture>(file, &doc);
+    let Some(mut doc) = doc else { return (None, diagnostics) };
+    let (fixture, found) = de::from_node::<fixture::Fixture>(file, &mut doc);
     diagnostics.extend(found);
     if diagnostics.iter().any(Diagnostic::is_error) {
         return (None, diagnostics);
