@@ -14,9 +14,11 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
+/// `hookgate check` in the short form (one line per problem, on stderr), which these tests
+/// match; the human and JSON forms have tests of their own.
 fn hookgate_check(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .arg("check")
+        .args(["check", "--message-format", "short"])
         .args(args)
         .current_dir(dir)
         .env_remove("HOOKGATE_INSTANCES")
@@ -26,6 +28,11 @@ fn hookgate_check(dir: &Path, args: &[&str]) -> Output {
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// What `check` reports: its diagnostics and summary go to stderr.
+fn report(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// A copy of the shipped pipelines and instances file, to break.
@@ -58,7 +65,7 @@ fn replace_in(path: &Path, from: &str, to: &str) {
 #[test]
 fn shipped_pipelines_pass_with_every_fixture() {
     let output = hookgate_check(&root(), &[]);
-    let text = stdout(&output);
+    let text = report(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("checked 6 pipelines and"), "{text}");
     assert!(text.contains("(0 failed): 0 errors"), "{text}");
@@ -91,7 +98,7 @@ fn shipped_pipelines_pass_with_every_fixture() {
 #[test]
 fn sender_pipelines_pass_with_every_fixture() {
     let output = hookgate_check(&root(), &["pipelines/senders"]);
-    let text = stdout(&output);
+    let text = report(&output);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("(0 failed): 0 errors"), "{text}");
     // Each sender pipeline shows a valid delivery and at least one refused one.
@@ -161,7 +168,7 @@ fn every_preset_written_out_verifies_the_same_fixtures() {
         assert!(block.contains("scheme: custom"), "{name}: not written out");
 
         let as_shipped = hookgate_check(&root(), &[&relative]);
-        let shipped_text = stdout(&as_shipped);
+        let shipped_text = report(&as_shipped);
         assert!(as_shipped.status.success(), "{shipped_text}");
 
         let dir = project_copy();
@@ -172,7 +179,7 @@ fn every_preset_written_out_verifies_the_same_fixtures() {
         assert_ne!(rewritten, original);
         std::fs::write(&copy, &rewritten).unwrap();
         let written_out = hookgate_check(dir.path(), &[&relative]);
-        let text = stdout(&written_out);
+        let text = report(&written_out);
         assert!(written_out.status.success(), "{name} written out:\n{text}");
         // Same number of fixtures, all passing.
         let summary =
@@ -198,100 +205,106 @@ const BREAKAGES: &[Breakage] = &[
         file: "pipelines/github.yaml",
         from: "signature:",
         to: "singature:",
-        expected: "pipelines/github.yaml:9:1: error: unknown field `singature`\n  = hint: did you mean `signature`?",
+        expected: "pipelines/github.yaml:9:1: error[H0101]: unknown field `singature`\n  = hint: did you mean `signature`?",
     },
     Breakage {
         file: "pipelines/github.yaml",
         from: "connector: crm",
         to: "connector: crn",
-        expected: "pipelines/github.yaml:16:16: error: unknown connector instance `crn`\n  = hint: did you mean `crm`? (defined in hookgate.yaml)",
+        expected: "pipelines/github.yaml:16:16: error[H0601]: unknown connector instance `crn`\n  = hint: did you mean `crm`? (defined in hookgate.yaml)",
     },
     Breakage {
         file: "pipelines/stripe.yaml",
         from: "{{ payload.data.object.email }}",
         to: "{{ payload.data.object.email }",
-        expected: "pipelines/stripe.yaml:27:44: error: template syntax error",
+        expected: "pipelines/stripe.yaml:27:44: error[H0501]: template syntax error",
     },
     Breakage {
         file: "pipelines/stripe.yaml",
         from: "version_type: integer",
         to: "version_type: number",
-        expected: "pipelines/stripe.yaml:17:17: error: unknown variant `number`\n  = hint: supported: `integer`, `timestamp`, `string`",
+        expected: "pipelines/stripe.yaml:17:17: error[H0103]: unknown variant `number`\n  = hint: supported: `integer`, `timestamp`, `string`",
     },
     Breakage {
         file: "pipelines/crm-partner.yaml",
         from: "scheme: hmac",
         to: "scheme: hmca",
-        expected: "pipelines/crm-partner.yaml:10:11: error: unknown variant `hmca`\n  = hint: did you mean `hmac`?",
+        expected: "pipelines/crm-partner.yaml:10:11: error[H0103]: unknown variant `hmca`\n  = hint: did you mean `hmac`?",
     },
     Breakage {
         file: "pipelines/crm-partner.yaml",
         from: "{{ payload.PatientId }}\"\n  version",
         to: "{{ patient.id }}\"\n  version",
-        expected: "pipelines/crm-partner.yaml:23:15: error: template uses `patient`, which is not defined here",
+        expected: "pipelines/crm-partner.yaml:36:15: error[H0502]: template uses `patient`, which is not defined here",
     },
     Breakage {
         file: "pipelines/standard-webhooks.yaml",
         from: "tolerance: 5m",
         to: "tolerance: 5 minutez",
-        expected: "pipelines/standard-webhooks.yaml:11:14: error: invalid duration `5 minutez`",
+        expected: "pipelines/standard-webhooks.yaml:11:14: error[H0102]: invalid duration `5 minutez`",
     },
     Breakage {
         file: "pipelines/standard-webhooks.yaml",
         from: "targets:",
         to: "targets:\n\t- name: x",
-        expected: "pipelines/standard-webhooks.yaml:19:2: error: invalid YAML: tabs disallowed",
+        expected: "pipelines/standard-webhooks.yaml:19:2: error[H0001]: invalid YAML: tabs disallowed",
     },
     Breakage {
         file: "hookgate.yaml",
         from: "kind: mock",
         to: "kind: mocked",
-        expected: "hookgate.yaml:7:11: error: unknown variant `mocked`\n  = hint: did you mean `mock`?",
+        expected: "hookgate.yaml:7:11: error[H0103]: unknown variant `mocked`\n  = hint: did you mean `mock`?",
     },
     // Connector settings are checked against each kind's settings, where they are written.
     Breakage {
         file: "hookgate.yaml",
         from: "login_url:",
         to: "loginurl:",
-        expected: "hookgate.yaml:15:7: error: unknown field `loginurl`\n  = hint: did you mean `login_url`?",
+        expected: "hookgate.yaml:15:7: error[H0101]: unknown field `loginurl`\n  = hint: did you mean `login_url`?",
     },
     Breakage {
         file: "hookgate.yaml",
         from: "      client_secret: { env: SALESFORCE_CLIENT_SECRET }\n",
         to: "",
-        expected: "hookgate.yaml:17:5: error: connector `salesforce` (salesforce) needs the credential `client_secret`",
+        expected: "hookgate.yaml:17:5: error[H0603]: connector `salesforce` (salesforce) needs the credential `client_secret`",
     },
     Breakage {
         file: "hookgate.yaml",
         from: "path: hookgate-crm.sqlite",
         to: "path: hookgate-crm.sqlite\n      faults: { failure_rate: high }",
-        expected: "hookgate.yaml:10:31: error: expected a number, found `high`",
+        expected: "hookgate.yaml:10:31: error[H0102]: expected a number, found `high`",
     },
     // A secret written as a literal is not a reference.
     Breakage {
         file: "hookgate.yaml",
         from: "token: { env: HUBSPOT_TOKEN }",
         to: "token: pat-na1-literal",
-        expected: "hookgate.yaml:26:14: error: unknown variant `pat-na1-literal`\n  = hint: supported: `env`, `file`",
+        expected: "hookgate.yaml:26:14: error[H0103]: unknown variant `pat-na1-literal`\n  = hint: supported: `env`, `file`",
     },
     // A fixture whose expectation no longer holds fails at the expectation's line.
     Breakage {
         file: "pipelines/github/push.yaml",
         from: "value: monalisa",
         to: "value: octocat",
-        expected: "pipelines/github/push.yaml:19:7: error: external_id.value: expected `octocat`, got `monalisa`",
+        expected: "pipelines/github/push.yaml:19:7: error[H0901]: external_id.value: expected `octocat`, got `monalisa`",
+    },
+    Breakage {
+        file: "pipelines/github/push.yaml",
+        from: "body_file: push.json",
+        to: "body_file: pushed.json",
+        expected: "pipelines/github/push.yaml:11:14: error[H0902]: cannot read: No such file or directory",
     },
     Breakage {
         file: "pipelines/crm-partner/missing-header.yaml",
         from: "rejection: missing_header",
         to: "rejection: signature_mismatch",
-        expected: "pipelines/crm-partner/missing-header.yaml:12:14: error: expected rejection `signature_mismatch`, got `missing_header`",
+        expected: "pipelines/crm-partner/missing-header.yaml:12:14: error[H0901]: expected rejection `signature_mismatch`, got `missing_header`",
     },
     Breakage {
         file: "pipelines/stripe/published-vector.yaml",
         from: "now: 2018-08-02T10:12:00Z",
         to: "now: 2018-08-02T10:20:00Z",
-        expected: "pipelines/stripe/published-vector.yaml:11:14: error: expected a valid signature, but it was rejected: timestamp 580 s old, past the 300 s tolerance",
+        expected: "pipelines/stripe/published-vector.yaml:11:14: error[H0901]: expected a valid signature, but it was rejected: timestamp 580 s old, past the 300 s tolerance",
     },
 ];
 
@@ -301,7 +314,7 @@ fn broken_copies_fail_with_located_diagnostics() {
         let project = project_copy();
         replace_in(&project.path().join(breakage.file), breakage.from, breakage.to);
         let output = hookgate_check(project.path(), &[]);
-        let text = stdout(&output);
+        let text = report(&output);
         assert_eq!(output.status.code(), Some(1), "{} should fail:\n{text}", breakage.file);
         assert!(
             text.contains(breakage.expected),
@@ -321,9 +334,9 @@ fn duplicate_pipeline_names_across_files_are_reported() {
     )
     .unwrap();
     let output = hookgate_check(project.path(), &[]);
-    let text = stdout(&output);
+    let text = report(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
-    assert!(text.contains("pipelines/github.yaml:6:7: error: duplicate pipeline name `github`\n  = hint: `github` is also the name of pipelines/github-copy.yaml"), "{text}");
+    assert!(text.contains("pipelines/github.yaml:6:7: error[H0202]: duplicate pipeline name `github`\n  = hint: names are intake paths and must be unique\n  = note: pipelines/github-copy.yaml:6:7: also the name of this pipeline"), "{text}");
 }
 
 #[test]
@@ -353,15 +366,15 @@ fn hostile_files_are_diagnosed_not_crashed_on() {
     .unwrap();
 
     let output = hookgate_check(project.path(), &[]);
-    let text = stdout(&output);
+    let text = report(&output);
     assert_eq!(output.status.code(), Some(1), "exit 1 (diagnostics), not 101 (panic):\n{text}");
     for expected in [
-        "pipelines/huge.yaml:1:1: error: the file is 52428800 bytes, larger than the 1048576-byte limit",
-        "pipelines/binary.yaml:1:1: error: the file is not UTF-8 (invalid byte at offset 6)",
+        "pipelines/huge.yaml:1:1: error[H0003]: the file is 52428800 bytes, larger than the 1048576-byte limit",
+        "pipelines/binary.yaml:1:1: error[H0003]: the file is not UTF-8 (invalid byte at offset 6)",
         "pipelines/deep.yaml:1:",
         "is this an alias bomb?",
-        "pipelines/wrong-types.yaml:1:7: error: expected a string, found a list",
-        "pipelines/truncated.yaml:4:12: error: invalid YAML",
+        "pipelines/wrong-types.yaml:1:7: error[H0102]: expected a string, found a list",
+        "pipelines/truncated.yaml:4:12: error[H0001]: invalid YAML",
     ] {
         assert!(text.contains(expected), "expected {expected:?} in\n{text}");
     }
@@ -373,28 +386,67 @@ fn hostile_files_are_diagnosed_not_crashed_on() {
 fn a_missing_instances_file_is_an_error_that_says_how_to_fix_it() {
     let project = project_copy();
     let output = hookgate_check(project.path(), &["pipelines", "--instances", "nowhere.yaml"]);
-    let text = stdout(&output);
+    let text = report(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("nowhere.yaml:1:1: error: cannot read: No such file or directory"),
+        text.contains("nowhere.yaml:1:1: error[H0003]: cannot read: No such file or directory"),
         "{text}"
     );
     assert!(text.contains("name the connector-instances file with `--instances`"), "{text}");
 }
 
+/// Unset secrets are warnings for `check`, grouped into one line so that they cannot bury the
+/// errors; secrets a pipeline's fixtures supply are not reported (its fixtures are what `check`
+/// runs), and `--allow-unset-secrets` silences the rest.
 #[test]
-fn unset_secrets_are_warnings_for_check() {
-    let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check"])
-        .current_dir(root())
-        .env("GITHUB_WEBHOOK_SECRET", "set")
-        .env_remove("STRIPE_WEBHOOK_SECRET")
-        .output()
-        .unwrap();
-    let text = stdout(&output);
-    assert!(output.status.success(), "{text}");
-    assert!(text.contains("pipelines/stripe.yaml:10:7: warning: environment variable `STRIPE_WEBHOOK_SECRET` is not set"), "{text}");
-    assert!(!text.contains("GITHUB_WEBHOOK_SECRET"), "a set secret is not reported: {text}");
+fn unset_secrets_are_one_warning_for_check() {
+    let project = project_copy();
+    // A pipeline without fixtures needs its secret from the environment.
+    std::fs::copy(
+        project.path().join("pipelines/stripe.yaml"),
+        project.path().join("stripe-alone.yaml"),
+    )
+    .unwrap();
+    replace_in(&project.path().join("stripe-alone.yaml"), "name: stripe", "name: stripe-alone");
+    let check = |extra: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["check", "--message-format", "short", "pipelines", "stripe-alone.yaml"])
+            .args(extra)
+            .current_dir(project.path())
+            .env("GITHUB_WEBHOOK_SECRET", "set")
+            .env_remove("STRIPE_WEBHOOK_SECRET")
+            .env_remove("HUBSPOT_TOKEN")
+            .env_remove("SALESFORCE_CLIENT_ID")
+            .env_remove("SALESFORCE_CLIENT_SECRET")
+            .output()
+            .unwrap();
+        (output.status.success(), report(&output))
+    };
+    let (success, text) = check(&[]);
+    assert!(success, "{text}");
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("warning[H0801]")).collect();
+    assert_eq!(warnings.len(), 1, "one line for every unset secret:\n{text}");
+    let warning = warnings[0];
+    for expected in [
+        "4 secrets are not set",
+        "environment variable `SALESFORCE_CLIENT_ID` (hookgate.yaml:",
+        "environment variable `HUBSPOT_TOKEN` (hookgate.yaml:",
+        "environment variable `STRIPE_WEBHOOK_SECRET` (stripe-alone.yaml:10:7)",
+    ] {
+        assert!(warning.contains(expected), "{expected:?} in {warning}");
+    }
+    // pipelines/stripe.yaml's fixtures supply its secret; a set secret is never reported.
+    assert!(!warning.contains("pipelines/stripe.yaml"), "{warning}");
+    assert!(!text.contains("GITHUB_WEBHOOK_SECRET"), "{text}");
+    assert!(
+        text.contains("checked 7 pipelines and 30 fixtures (0 failed): 0 errors, 1 warnings"),
+        "{text}"
+    );
+
+    let (success, text) = check(&["--allow-unset-secrets"]);
+    assert!(success, "{text}");
+    assert!(!text.contains("H0801"), "{text}");
+    assert!(text.contains("0 errors, 0 warnings"), "{text}");
 }
 
 #[test]
@@ -410,7 +462,7 @@ fn unset_secrets_are_errors_when_serving() {
     assert!(project.has_errors());
     let rendered: Vec<String> = project.diagnostics.iter().map(ToString::to_string).collect();
     assert!(
-        rendered.iter().any(|d| d.ends_with("stripe.yaml:10:7: error: environment variable `STRIPE_WEBHOOK_SECRET` is not set\n  = hint: set it before starting; secrets are never written in configuration files")),
+        rendered.iter().any(|d| d.ends_with("stripe.yaml:10:7: error[H0801]: environment variable `STRIPE_WEBHOOK_SECRET` is not set\n  = hint: set it before starting; secrets are never written in configuration files")),
         "{rendered:#?}"
     );
 }
@@ -560,16 +612,16 @@ fn a_secret_that_cannot_be_a_key_of_its_scheme_is_a_located_error() {
     )
     .unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check", "pipelines/senders/sendgrid.yaml"])
+        .args(["check", "--message-format", "short", "pipelines/senders/sendgrid.yaml"])
         .arg(&sns_copy)
         .current_dir(root())
         .env("SENDGRID_VERIFICATION_KEY", "c2VjcmV0")
         .output()
         .unwrap();
-    let text = stdout(&output);
+    let text = report(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("pipelines/senders/sendgrid.yaml:11:7: error: environment variable `SENDGRID_VERIFICATION_KEY` cannot be used by `sendgrid`: it is not an ECDSA P-256 public key"),
+        text.contains("pipelines/senders/sendgrid.yaml:11:7: error[H0305]: environment variable `SENDGRID_VERIFICATION_KEY` cannot be used by `sendgrid`: it is not an ECDSA P-256 public key"),
         "{text}"
     );
     assert!(
@@ -700,10 +752,10 @@ fn bless_round_trips_every_shipped_fixture() {
     assert!(originals.len() > 100, "{} fixtures", originals.len());
 
     let blessed = hookgate_check(dir.path(), &["--bless", "pipelines", "pipelines/senders"]);
-    let text = stdout(&blessed);
+    let text = report(&blessed);
     assert!(text.contains(&format!("blessed {} fixtures", originals.len())), "{text}");
     let checked = hookgate_check(dir.path(), &["pipelines", "pipelines/senders"]);
-    let text = stdout(&checked);
+    let text = report(&checked);
     assert!(checked.status.success(), "{text}");
     assert!(text.contains("(0 failed): 0 errors"), "{text}");
 
@@ -788,7 +840,7 @@ fn fixture_new_writes_a_fixture_that_passes() {
     assert!(written.contains("SVIX_WEBHOOK_SECRET\": \"whsec_"), "{written}");
     assert!(written.contains("  key: \"msg_written\""), "{written}");
     let checked = hookgate_check(dir.path(), &["pipelines", "pipelines/senders"]);
-    let text = stdout(&checked);
+    let text = report(&checked);
     assert!(checked.status.success() && text.contains("(0 failed): 0 errors"), "{text}");
     // Existing names are not overwritten; public keys are asked for.
     let again = new(&[
@@ -807,4 +859,147 @@ fn fixture_new_writes_a_fixture_that_passes() {
         "x",
     ]);
     assert!(String::from_utf8_lossy(&sns.stderr).contains("verifies with a public key"));
+}
+
+/// A project whose one pipeline has ten independent mistakes (the pipeline crate's golden
+/// case), with the shipped instances file.
+fn ten_mistakes_project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = root().join("crates/hookgate-pipeline/tests/diagnostics");
+    std::fs::create_dir(dir.path().join("pipelines")).unwrap();
+    std::fs::copy(cases.join("ten-mistakes.yaml"), dir.path().join("pipelines/ten-mistakes.yaml"))
+        .unwrap();
+    std::fs::copy(root().join("hookgate.yaml"), dir.path().join("hookgate.yaml")).unwrap();
+    dir
+}
+
+fn check_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check", "--allow-unset-secrets"])
+        .args(args)
+        .current_dir(dir)
+        .env_remove("HOOKGATE_INSTANCES")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap()
+}
+
+/// Compares `actual` with a golden file under tests/diagnostics/; `UPDATE_EXPECT=1` rewrites it.
+fn assert_golden(name: &str, actual: &str) {
+    let path = root().join("tests/diagnostics").join(name);
+    if std::env::var_os("UPDATE_EXPECT").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        expected == actual,
+        "{} differs (UPDATE_EXPECT=1 rewrites it); actual:\n{actual}",
+        path.display()
+    );
+}
+
+/// The human form, as rustc shows errors: every mistake in one run, each with its source line,
+/// a caret under the span, a label, the hint, and its code; a note at a duplicate's first
+/// definition; the codes found and the summary last; all on stderr, nothing on stdout.
+#[test]
+fn the_human_form_shows_every_mistake_with_its_source_line() {
+    let project = ten_mistakes_project();
+    let output = check_in(project.path(), &["--color", "never"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(output.stdout.is_empty(), "{}", stdout(&output));
+    let text = report(&output);
+    assert_golden("ten-mistakes.human", &text);
+    assert!(text.ends_with("10 errors, 1 warnings\n"), "{text}");
+    assert!(!text.contains('\x1b'), "no colour when asked for none");
+
+    // Colour: always when asked, never when stderr is not a terminal (as here) under `auto`.
+    let coloured = report(&check_in(project.path(), &["--color", "always"]));
+    assert!(coloured.contains("\x1b["), "{coloured}");
+    let auto = report(&check_in(project.path(), &[]));
+    assert!(!auto.contains('\x1b'), "{auto}");
+}
+
+/// `--message-format json`: one JSON object per line on stdout, parsed back here, with the
+/// same problems at the same places as the short form, and a summary last.
+#[test]
+fn the_json_form_parses_back_to_the_same_problems() {
+    let project = ten_mistakes_project();
+    let json = check_in(project.path(), &["--message-format", "json"]);
+    assert_eq!(json.status.code(), Some(1));
+    assert!(json.stderr.is_empty(), "{}", report(&json));
+    let short = report(&check_in(project.path(), &["--message-format", "short"]));
+    let short_heads: Vec<&str> =
+        short.lines().filter(|l| l.contains(": error[") || l.contains(": warning[")).collect();
+
+    let lines: Vec<serde_json::Value> = stdout(&json)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let (summary, diagnostics) = lines.split_last().unwrap();
+    assert_eq!(summary["reason"], "summary");
+    assert_eq!(summary["errors"], 10);
+    assert_eq!(summary["warnings"], 1);
+    assert_eq!(diagnostics.len(), short_heads.len());
+    for (diagnostic, head) in diagnostics.iter().zip(&short_heads) {
+        assert_eq!(diagnostic["reason"], "diagnostic");
+        let rebuilt = format!(
+            "{}:{}:{}: {}[{}]: {}",
+            diagnostic["file"].as_str().unwrap(),
+            diagnostic["line"],
+            diagnostic["column"],
+            diagnostic["severity"].as_str().unwrap(),
+            diagnostic["code"].as_str().unwrap(),
+            diagnostic["message"].as_str().unwrap(),
+        );
+        assert_eq!(&rebuilt, head);
+        let rendered = diagnostic["rendered"].as_str().unwrap();
+        assert!(rendered.contains(" --> ") && rendered.contains('^'), "{rendered}");
+    }
+    let duplicate = diagnostics.iter().find(|d| d["code"] == "H0202").unwrap();
+    assert_eq!(duplicate["related"][0]["line"], 22, "{duplicate}");
+    assert_eq!(duplicate["related"][0]["message"], "first defined here");
+}
+
+/// Every code has an explanation that `hookgate explain` prints, in any spelling; an unknown
+/// code is a usage error that lists the codes.
+#[test]
+fn explain_prints_what_a_code_means() {
+    let explain = |code: &str| {
+        Command::new(env!("CARGO_BIN_EXE_hookgate")).args(["explain", code]).output().unwrap()
+    };
+    for code in hookgate_pipeline::Code::ALL {
+        for spelling in [code.as_str().to_owned(), code.as_str().to_lowercase()] {
+            let output = explain(&spelling);
+            assert!(output.status.success(), "{spelling}");
+            let text = stdout(&output);
+            assert!(text.starts_with(&format!("{code}: {}\n\n", code.title())), "{text}");
+            assert!(text.len() > 120, "{code} is explained in a few sentences: {text}");
+        }
+    }
+    let unknown = explain("H9999");
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(report(&unknown).contains("H0103  a name that is not one of the allowed values"));
+}
+
+/// Every code is produced by some test that shows it: a golden file of the pipeline crate, of
+/// this directory, or an expectation in this file. A code nothing produces is not a code.
+#[test]
+fn every_code_is_produced_by_a_test() {
+    let mut shown = String::new();
+    for dir in ["crates/hookgate-pipeline/tests/diagnostics", "tests/diagnostics"] {
+        for entry in std::fs::read_dir(root().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "expected" || e == "human") {
+                shown.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    shown.push_str(&std::fs::read_to_string(root().join("tests/check.rs")).unwrap());
+    let missing: Vec<&str> = hookgate_pipeline::Code::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .filter(|c| !shown.contains(&format!("[{c}]")))
+        .collect();
+    assert!(missing.is_empty(), "codes no test shows: {missing:?}");
 }

@@ -101,6 +101,34 @@ fn actions(attempts: &[hookgate_store::AttemptRecord]) -> Vec<String> {
     attempts.iter().map(|a| a.action.clone().unwrap_or_default()).collect()
 }
 
+/// With `ordering`, the entity keys the write, yet a delivery whose CRM record cannot be named
+/// (its external id does not render) is refused at intake, where the sender sees why and the
+/// delivery is kept as rejected evidence, instead of being accepted and dead-lettered.
+#[tokio::test]
+async fn a_delivery_whose_record_cannot_be_named_is_refused_at_intake() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = dir.path().join("orders.yaml");
+    let text = std::fs::read_to_string(orders_pipeline()).unwrap();
+    let by_account =
+        text.replace("value: \"{{ payload.customer }}\"", "value: \"{{ payload.account.id }}\"");
+    assert_ne!(by_account, text);
+    std::fs::write(&pipeline, by_account).unwrap();
+    for database in Database::both().await {
+        let backend = database.name();
+        let crm = Crm::new(serde_json::json!({}));
+        let server = server(&database, &crm).pipelines(pipeline.clone()).start();
+        let store = database.store().await;
+        let response = order("o-1", "C-1", 1, "paid").send(&client(), &server).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{backend}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["status"], "rejected");
+        let reason = body["reason"].as_str().unwrap();
+        assert!(reason.contains("targets[0].external_id.value"), "{backend}: {reason}");
+        assert_eq!(store.deliveries("orders", "rejected").await.unwrap().len(), 1, "{backend}");
+        assert!(store.events("orders").await.unwrap().is_empty(), "{backend}");
+    }
+}
+
 #[tokio::test]
 async fn transient_failures_are_retried_until_success() {
     for database in Database::both().await {
@@ -547,12 +575,12 @@ fn a_lease_that_cannot_cover_a_call_is_refused_naming_the_flags() {
         .output()
         .unwrap();
     assert!(!output.status.success());
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stdout.starts_with(
+        report.starts_with(
             "error: --lease-ms (3000) and --call-timeout-ms (2500): a lease of 3000 ms"
         ),
-        "{stdout}"
+        "{report}"
     );
-    assert!(stdout.contains(": 1 errors,"), "counted in the summary: {stdout}");
+    assert!(report.contains(": 1 errors,"), "counted in the summary: {report}");
 }

@@ -571,7 +571,7 @@ async fn refuses_to_start_with_an_unset_secret_or_a_broken_pipeline() {
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("pipelines/crm-partner.yaml:17:7: error: environment variable `CRM_PARTNER_SECRET` is not set"), "{stderr}");
+    assert!(stderr.contains("pipelines/crm-partner.yaml:17:7: error[H0801]: environment variable `CRM_PARTNER_SECRET` is not set"), "{stderr}");
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("broken.yaml"), "name: broken\nsingature: {}\n").unwrap();
@@ -582,7 +582,7 @@ async fn refuses_to_start_with_an_unset_secret_or_a_broken_pipeline() {
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("broken.yaml:2:1: error: unknown field `singature`"), "{stderr}");
+    assert!(stderr.contains("broken.yaml:2:1: error[H0101]: unknown field `singature`"), "{stderr}");
     database.cleanup().await;
 }
 

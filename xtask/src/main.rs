@@ -116,7 +116,7 @@ fn main() -> Result<ExitCode> {
                 secrets: SecretPolicy::Warn,
                 resolver: Default::default(),
             });
-            print!("{}", report.render());
+            print!("{}", hookgate::render::short(&report));
             let stale = stale_schemas(&root)?;
             for name in &stale {
                 println!(

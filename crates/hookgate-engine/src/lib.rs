@@ -270,9 +270,13 @@ impl Gateway {
             pipeline.compiled.check_future(&identity, incoming.received_at_ms)?;
             let mut due = Vec::new();
             for index in pipeline.compiled.due_targets(&ctx)? {
+                // Rendered even when the ordering entity keys the write: a delivery whose
+                // record cannot be named is refused now, where the sender sees why, instead
+                // of being accepted and dead-lettered.
+                let external_id = pipeline.compiled.render_external_id(index, &ctx)?;
                 let entity = match &identity.ordering {
                     Some(ordering) => ordering.entity.clone(),
-                    None => pipeline.compiled.render_external_id(index, &ctx)?,
+                    None => external_id,
                 };
                 due.push((index, entity));
             }

@@ -1,7 +1,7 @@
 //! Semantic checks: from a deserialized model to a compiled pipeline, reporting every problem
 //! with its place in the file.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use hookgate_verify::{
@@ -10,13 +10,14 @@ use hookgate_verify::{
 };
 use minijinja::Environment;
 
-use crate::diagnostic::{Diagnostic, Pos, Span, suggestion};
+use crate::diagnostic::{Code, Diagnostic, Pos, Span, suggestion};
 use crate::model::{
     BodyFormat, ConditionConfig, ConnectorInstance, ConnectorKind, DigestEncoding, FieldsConfig,
-    Fingerprint, HeaderNames, InstancesFile, KeyFormatName, MessagePart, Operation, Pipeline,
-    Provider, SchemeName, SecretRef, SignatureAlgorithm, SignatureConfig, SignedPart, Target,
-    TimestampConfig, TimestampFormatName, TimestampRuleName, ValueSource, VersionType,
+    Fingerprint, HeaderNames, InstancesFile, KeyFormatName, MessagePart, Operation, PayloadSchema,
+    Pipeline, Provider, SchemeName, SecretRef, SignatureAlgorithm, SignatureConfig, SignedPart,
+    Target, TimestampConfig, TimestampFormatName, TimestampRuleName, ValueSource, VersionType,
 };
+use crate::shape::{PayloadUse, Shape, ShapeSource};
 use crate::template::{self, BUILTIN_FUNCTIONS, EVENT_VARIABLES, REQUEST_VARIABLES};
 use crate::yaml::{Node, PathSegment, Style, Value};
 
@@ -55,6 +56,19 @@ pub struct CompiledPipeline {
     pub delivery: crate::model::DeliveryPolicy,
     pub retention: Duration,
     pub(crate) env: Environment<'static>,
+    /// Where templates and pointers read payload fields.
+    pub payload_uses: Vec<PayloadUse>,
+    /// `payload_schema: fixtures`: the payload's shape is the fixtures' bodies', which the
+    /// caller that runs the fixtures checks [`CompiledPipeline::payload_uses`] against.
+    pub payload_from_fixtures: bool,
+}
+
+impl CompiledPipeline {
+    /// Payload fields this pipeline reads that `shape` does not have, and needed ones it does
+    /// not promise; see [`crate::shape::problems`].
+    pub fn payload_problems(&self, shape: &Shape, source: ShapeSource) -> Vec<Diagnostic> {
+        crate::shape::problems(&self.file, &self.payload_uses, shape, source)
+    }
 }
 
 /// The name of a template in the pipeline's environment; it is also its place in the file
@@ -137,6 +151,7 @@ impl Instances {
             .map(|credential| {
                 let span = doc.key_span(&path!["connectors", i, "credentials"]);
                 Diagnostic::error(
+                    Code::ConnectorSettings,
                     &self.file,
                     span,
                     format!("connector `{name}` ({kind}) needs the credential `{credential}`"),
@@ -163,6 +178,7 @@ pub(crate) fn check_instances(
         if !valid_name(&instance.name) {
             diagnostics.push(
                 Diagnostic::error(
+                    Code::InvalidName,
                     file,
                     name_span,
                     format!("invalid connector name `{}`", instance.name),
@@ -176,6 +192,7 @@ pub(crate) fn check_instances(
         }
         if connectors.contains_key(&instance.name) {
             diagnostics.push(Diagnostic::error(
+                Code::DuplicateName,
                 file,
                 name_span,
                 format!("duplicate connector name `{}`", instance.name),
@@ -205,22 +222,30 @@ struct Checker<'a> {
     doc: &'a Node,
     env: Environment<'static>,
     diagnostics: Vec<Diagnostic>,
+    /// Every payload field a template or pointer reads, for [`crate::shape::problems`].
+    payload_uses: Vec<PayloadUse>,
 }
 
 impl Checker<'_> {
-    fn error(&mut self, path: &[PathSegment], message: impl Into<String>) -> &mut Diagnostic {
+    fn error(
+        &mut self,
+        code: Code,
+        path: &[PathSegment],
+        message: impl Into<String>,
+    ) -> &mut Diagnostic {
         let span = self.doc.locate(path).span;
-        self.diagnostics.push(Diagnostic::error(self.file, span, message));
+        self.diagnostics.push(Diagnostic::error(code, self.file, span, message));
         self.diagnostics.last_mut().expect("just pushed")
     }
 
     fn error_at_key(
         &mut self,
+        code: Code,
         path: &[PathSegment],
         message: impl Into<String>,
     ) -> &mut Diagnostic {
         let span = self.doc.key_span(path);
-        self.diagnostics.push(Diagnostic::error(self.file, span, message));
+        self.diagnostics.push(Diagnostic::error(code, self.file, span, message));
         self.diagnostics.last_mut().expect("just pushed")
     }
 
@@ -257,13 +282,61 @@ impl Checker<'_> {
                 "templates use minijinja (Jinja2) syntax: `{{ payload.field }}`".to_owned()
             };
             self.diagnostics.push(
-                Diagnostic::error(self.file, span, format!("template syntax error: {detail}"))
-                    .at(pos)
-                    .with_hint(hint),
+                Diagnostic::error(
+                    Code::TemplateSyntax,
+                    self.file,
+                    span,
+                    format!("template syntax error: {detail}"),
+                )
+                .at(pos)
+                .with_hint(hint),
             );
             return name;
         }
         let template = self.env.get_template(&name).expect("just added");
+        // Nested lookups (`payload.data.object.email`), for checking against the payload's
+        // shape; a use inside a longer chain is the chain's prefix, and only the longest counts.
+        let mut chains: Vec<String> = template
+            .undeclared_variables(true)
+            .into_iter()
+            .filter(|v| v.starts_with("payload."))
+            .collect();
+        chains.sort();
+        let longest: Vec<&String> = chains
+            .iter()
+            .filter(|v| {
+                !chains.iter().any(|w| w.len() > v.len() && w.starts_with(&format!("{v}.")))
+            })
+            .collect();
+        let needed = matches!(
+            path,
+            [PathSegment::Key(a), PathSegment::Key(b)] if a == "ordering" && (b == "entity" || b == "version")
+        ) || matches!(
+            path,
+            [PathSegment::Key(t), PathSegment::Index(_), PathSegment::Key(e), PathSegment::Key(v)]
+                if t == "targets" && e == "external_id" && v == "value"
+        );
+        let guarded = user_source.contains("default")
+            || user_source.contains("is defined")
+            || user_source.contains("{%");
+        let node = self.doc.locate(path);
+        for chain in longest {
+            let byte = user_source.find(chain.as_str()).unwrap_or(0);
+            let pos = position_in_scalar(node, user_source, byte);
+            let end = Pos {
+                line: pos.line,
+                column: pos
+                    .column
+                    .saturating_add(u32::try_from(chain.chars().count()).unwrap_or(0)),
+            };
+            self.payload_uses.push(PayloadUse {
+                path: chain["payload.".len()..].split('.').map(str::to_owned).collect(),
+                span: Span { start: pos, end },
+                place: name.clone(),
+                needed,
+                guarded,
+            });
+        }
         let mut unknown: Vec<String> = template
             .undeclared_variables(false)
             .into_iter()
@@ -280,6 +353,7 @@ impl Checker<'_> {
             let pos = position_in_scalar(node, user_source, byte);
             self.diagnostics.push(
                 Diagnostic::error(
+                    Code::TemplateVariable,
                     self.file,
                     node.span,
                     format!("template uses `{variable}`, which is not defined here"),
@@ -298,11 +372,21 @@ pub(crate) fn check_pipeline(
     model: Pipeline,
     instances: Option<&Instances>,
 ) -> (Option<CompiledPipeline>, Vec<Diagnostic>) {
-    let mut c = Checker { file, doc, env: template::environment(), diagnostics: Vec::new() };
+    let mut c = Checker {
+        file,
+        doc,
+        env: template::environment(),
+        diagnostics: Vec::new(),
+        payload_uses: Vec::new(),
+    };
 
     if !valid_name(&model.name) {
-        c.error(&path!["name"], format!("invalid pipeline name `{}`", model.name)).hint =
-            Some(NAME_HINT.into());
+        c.error(
+            Code::InvalidName,
+            &path!["name"],
+            format!("invalid pipeline name `{}`", model.name),
+        )
+        .hint = Some(NAME_HINT.into());
     }
     let preset = model.provider.map(ProviderDefaults::of);
 
@@ -310,6 +394,7 @@ pub(crate) fn check_pipeline(
     let tolerance_secs = model.signature.tolerance.map(|t| {
         if t.0 > TOLERANCE_MAX || t.0.is_zero() {
             c.error(
+                Code::OutOfRange,
                 &path!["signature", "tolerance"],
                 format!("tolerance must be between 1s and {}s", TOLERANCE_MAX.as_secs()),
             );
@@ -324,7 +409,7 @@ pub(crate) fn check_pipeline(
         None => model.provider.and_then(|p| preset_body_format(p.scheme())),
     });
     if model.signature.secrets.is_empty() && key_fetch.is_none() {
-        c.error_at_key(&path!["signature", "secrets"], "at least one secret is needed").hint =
+        c.error_at_key(Code::Secrets, &path!["signature", "secrets"], "at least one secret is needed").hint =
             Some("a pipeline without a secret would accept anyone's deliveries; add `- env: SOME_VARIABLE`".into());
     }
     let secrets = model
@@ -339,7 +424,7 @@ pub(crate) fn check_pipeline(
         (Some(source), _) => compile_source(&mut c, &path!["key"], source, false),
         (None, Some(source)) => compile_source(&mut c, &path!["key"], source, false),
         (None, None) => {
-            c.error_at_key(&path!["key"], "missing field `key`").hint = Some("say where the sender's event id is, e.g. `key: { header: X-Event-Id }`, or set `provider`".into());
+            c.error_at_key(Code::MissingField, &path!["key"], "missing field `key`").hint = Some("say where the sender's event id is, e.g. `key: { header: X-Event-Id }`, or set `provider`".into());
             CompiledSource::BodySha256
         }
     };
@@ -360,7 +445,11 @@ pub(crate) fn check_pipeline(
         let variant =
             if matches!(fingerprint, Fingerprint::Include(_)) { "include" } else { "exclude" };
         if pointers.is_empty() {
-            c.error(&path!["fingerprint", variant], "list at least one JSON pointer");
+            c.error(
+                Code::JsonPointer,
+                &path!["fingerprint", variant],
+                "list at least one JSON pointer",
+            );
         }
         for (i, pointer) in pointers.iter().enumerate() {
             check_pointer(&mut c, &path!["fingerprint", variant, i], pointer);
@@ -368,7 +457,7 @@ pub(crate) fn check_pipeline(
     }
     let ordering = model.ordering.as_ref().map(|o| {
         if o.max_future.is_some() && o.version_type != VersionType::Timestamp {
-            c.error(
+            c.error(Code::OutOfRange,
                 &path!["ordering", "max_future"],
                 "`max_future` bounds timestamp versions; this pipeline's versions are not timestamps",
             );
@@ -382,19 +471,35 @@ pub(crate) fn check_pipeline(
     });
 
     if model.targets.is_empty() {
-        c.error_at_key(&path!["targets"], "a pipeline needs at least one target");
+        c.error_at_key(
+            Code::MissingField,
+            &path!["targets"],
+            "a pipeline needs at least one target",
+        );
     }
-    let mut target_names = HashSet::new();
+    let mut target_names: HashMap<String, usize> = HashMap::new();
     let targets = model
         .targets
         .iter()
         .enumerate()
         .map(|(i, target)| {
-            if !target_names.insert(target.name.clone()) {
-                c.error(
+            if let Some(&first) = target_names.get(&target.name) {
+                let first_span = c.doc.locate(&path!["targets", first, "name"]).span;
+                let file = c.file;
+                let diagnostic = c.error(
+                    Code::DuplicateName,
                     &path!["targets", i, "name"],
                     format!("duplicate target name `{}`", target.name),
                 );
+                diagnostic.hint =
+                    Some("target names key evidence and metrics: make each unique".into());
+                diagnostic.related.push(crate::diagnostic::Related {
+                    file: file.to_owned(),
+                    span: first_span,
+                    message: "first defined here".into(),
+                });
+            } else {
+                target_names.insert(target.name.clone(), i);
             }
             check_target(&mut c, i, target, instances)
         })
@@ -403,6 +508,7 @@ pub(crate) fn check_pipeline(
     let conflict_status = model.conflict_status.unwrap_or(409);
     if !(conflict_status == 409 || (200..300).contains(&conflict_status)) {
         c.error(
+            Code::OutOfRange,
             &path!["conflict_status"],
             format!("conflict_status must be 409 or a 2xx, not {conflict_status}"),
         );
@@ -410,21 +516,30 @@ pub(crate) fn check_pipeline(
     let policy = &model.delivery;
     if policy.attempts_max == 0 || policy.attempts_max > ATTEMPTS_MAX_LIMIT {
         c.error(
+            Code::OutOfRange,
             &path!["delivery", "attempts_max"],
             format!("attempts_max must be between 1 and {ATTEMPTS_MAX_LIMIT}"),
         );
     }
     if policy.backoff_initial.0.is_zero() {
-        c.error(&path!["delivery", "backoff_initial"], "backoff_initial must be more than zero");
+        c.error(
+            Code::OutOfRange,
+            &path!["delivery", "backoff_initial"],
+            "backoff_initial must be more than zero",
+        );
     }
     if policy.backoff_max.0 < policy.backoff_initial.0 {
-        c.error(&path!["delivery", "backoff_max"], "backoff_max is shorter than backoff_initial");
+        c.error(
+            Code::OutOfRange,
+            &path!["delivery", "backoff_max"],
+            "backoff_max is shorter than backoff_initial",
+        );
     }
     if !(0.0..=1.0).contains(&policy.jitter) {
-        c.error(&path!["delivery", "jitter"], "jitter is a fraction from 0 to 1");
+        c.error(Code::OutOfRange, &path!["delivery", "jitter"], "jitter is a fraction from 0 to 1");
     }
     if model.retention.0 < Duration::from_secs(3600) {
-        c.error(&path!["retention"], "retention must be at least 1h").hint = Some(
+        c.error(Code::OutOfRange, &path!["retention"], "retention must be at least 1h").hint = Some(
             "evidence is what operators read when something went wrong; keep it for days".into(),
         );
     }
@@ -437,6 +552,7 @@ pub(crate) fn check_pipeline(
             || url.chars().any(|ch| ch.is_whitespace() || ch.is_control())
         {
             c.error(
+                Code::OutOfRange,
                 &path!["public_url"],
                 format!("`{url}` is not an http(s) URL without query string"),
             )
@@ -449,10 +565,17 @@ pub(crate) fn check_pipeline(
     {
         let span = c.doc.key_span(&path!["public_url"]);
         c.diagnostics.push(Diagnostic::warning(
+            Code::NoEffect,
             c.file,
             span,
             format!("`{}` does not sign the URL, so `public_url` has no effect", scheme.name),
         ));
+    }
+    // Reported with everything else, so that one run shows every problem.
+    if let Some(PayloadSchema::Schema(schema)) = &model.payload_schema {
+        let shape = Shape::from_schema(schema);
+        let found = crate::shape::problems(file, &c.payload_uses, &shape, ShapeSource::Declared);
+        c.diagnostics.extend(found);
     }
     let Some(scheme) = scheme else { return (None, c.diagnostics) };
     if c.diagnostics.iter().any(Diagnostic::is_error) {
@@ -479,6 +602,8 @@ pub(crate) fn check_pipeline(
         delivery: model.delivery.clone(),
         retention: model.retention.0,
         env: c.env,
+        payload_uses: c.payload_uses,
+        payload_from_fixtures: model.payload_schema == Some(PayloadSchema::Fixtures),
     };
     (Some(compiled), c.diagnostics)
 }
@@ -493,7 +618,7 @@ fn check_signature(
         (Some(name), _) => name,
         (None, Some(preset)) => preset.scheme,
         (None, None) => {
-            c.error_at_key(&path!["signature"], "missing field `scheme`").hint =
+            c.error_at_key(Code::MissingField, &path!["signature"], "missing field `scheme`").hint =
                 Some("name a sender preset (`github`, `stripe`, `twilio`, …), `hmac` or `custom`, or set `provider`".into());
             return None;
         }
@@ -508,7 +633,7 @@ fn check_signature(
             preset.scheme.as_str()
         );
         let span = c.doc.locate(&path!["signature", "scheme"]).span;
-        c.diagnostics.push(Diagnostic::warning(c.file, span, message));
+        c.diagnostics.push(Diagnostic::warning(Code::SignatureConflict, c.file, span, message));
     }
     let present = given_fields(signature);
     const HMAC_FIELDS: [&str; 7] =
@@ -534,6 +659,7 @@ fn check_signature(
             "`scheme: custom`"
         };
         c.error_at_key(
+            Code::SignatureConflict,
             &path!["signature", field],
             format!("`{field}` applies only to {applies}"),
         )
@@ -551,7 +677,7 @@ fn check_signature(
     };
     // Each rule's own problems were reported at the rule; these concern the scheme as a whole.
     for problem in scheme.scheme_problems() {
-        c.error_at_key(&path!["signature"], problem);
+        c.error_at_key(Code::SignatureConflict, &path!["signature"], problem);
     }
     // SHA-256 can be extended past its end: a digest with the secret anywhere but last lets
     // whoever saw one signature sign more content.
@@ -560,7 +686,7 @@ fn check_signature(
     }) {
         let span = c.doc.key_span(&path!["signature"]);
         c.diagnostics.push(
-            Diagnostic::warning(
+            Diagnostic::warning(Code::SignatureAlgorithm,
                 c.file,
                 span,
                 format!("`{}` accepts a SHA-256 of the secret and then the content: whoever has seen one delivery can append to its body and compute a valid signature, and nothing dates it, so it can be replayed", name.as_str()),
@@ -572,7 +698,7 @@ fn check_signature(
         let span = c.doc.key_span(&path!["signature", "tolerance"]);
         let message =
             format!("`{}` signs no timestamp, so `tolerance` has no effect", name.as_str());
-        c.diagnostics.push(Diagnostic::warning(c.file, span, message));
+        c.diagnostics.push(Diagnostic::warning(Code::NoEffect, c.file, span, message));
     }
     Some(scheme)
 }
@@ -603,13 +729,14 @@ fn check_senders(
     let Some(scheme) = scheme else { return Vec::new() };
     match (&scheme.sender_field, &signature.senders) {
         (Some(_), None) => {
-            c.error_at_key(&path!["signature"], format!("`{}` needs `senders`", scheme.name)).hint =
+            c.error_at_key(Code::KeyFetching, &path!["signature"], format!("`{}` needs `senders`", scheme.name)).hint =
                 Some("everyone with an account signs with the same key; list the senders to trust, e.g. `senders: [arn:aws:sns:us-east-2:123456789012:orders]`".into());
             Vec::new()
         }
         (Some(_), Some(senders)) => {
             if senders.is_empty() {
                 c.error(
+                    Code::KeyFetching,
                     &path!["signature", "senders"],
                     "`senders` is empty, so every delivery would be refused",
                 );
@@ -617,7 +744,7 @@ fn check_senders(
             senders.clone()
         }
         (None, Some(_)) => {
-            c.error_at_key(&path!["signature", "senders"], format!("`{}` signs no sender to check", scheme.name))
+            c.error_at_key(Code::SignatureConflict, &path!["signature", "senders"], format!("`{}` signs no sender to check", scheme.name))
                 .hint = Some("`senders` is for schemes whose key senders share (AWS SNS); `scheme: custom` names the member with `sender_field`".into());
             Vec::new()
         }
@@ -634,7 +761,7 @@ fn check_key_fetch(
     let at = path!["signature", "fetch_keys"];
     let Some(field) = scheme.and_then(|s| s.key_url_field.clone()) else {
         if scheme.is_some() {
-            c.error_at_key(&at, "this scheme's deliveries name no key to fetch").hint = Some(
+            c.error_at_key(Code::SignatureConflict, &at, "this scheme's deliveries name no key to fetch").hint = Some(
                 "`fetch_keys` is for senders like AWS SNS; `scheme: custom` names the field with `key_url_field`".into(),
             );
         }
@@ -644,7 +771,11 @@ fn check_key_fetch(
         (Some(hosts), _) => hosts.clone(),
         (None, Some("aws-sns")) => SNS_CERTIFICATE_HOSTS.iter().map(|h| (*h).to_owned()).collect(),
         (None, _) => {
-            c.error_at_key(&at, "`fetch_keys` needs `hosts`, the hosts keys may come from");
+            c.error_at_key(
+                Code::KeyFetching,
+                &at,
+                "`fetch_keys` needs `hosts`, the hosts keys may come from",
+            );
             return None;
         }
     };
@@ -662,7 +793,7 @@ fn check_key_fetch(
                 labels.len() >= needed && labels.iter().rev().take(needed).all(|l| literal(l))
             };
         if !valid {
-            c.error(&join(&at, &path!["hosts", i]), format!("`{host}` is not a host name pattern"))
+            c.error(Code::KeyFetching, &join(&at, &path!["hosts", i]), format!("`{host}` is not a host name pattern"))
                 .hint = Some("DNS labels, `*` for one label or `{region}` for an AWS region, ending in a domain of its own, e.g. `sns.{region}.amazonaws.com`".into());
         }
     }
@@ -678,18 +809,30 @@ fn signature_header(
 ) -> Option<String> {
     let names = match &signature.header {
         None => {
-            c.error_at_key(&path!["signature"], format!("`scheme: {scheme}` needs `header`"));
+            c.error_at_key(
+                Code::SignatureIncomplete,
+                &path!["signature"],
+                format!("`scheme: {scheme}` needs `header`"),
+            );
             return None;
         }
         Some(HeaderNames::One(name)) => name.clone(),
         Some(HeaderNames::FirstOf(_)) => {
-            c.error(&path!["signature", "header"], "`scheme: hmac` reads one header").hint =
-                Some("alternative header names need `scheme: custom`".into());
+            c.error(
+                Code::SignatureConflict,
+                &path!["signature", "header"],
+                "`scheme: hmac` reads one header",
+            )
+            .hint = Some("alternative header names need `scheme: custom`".into());
             return None;
         }
     };
     if !valid_header_name(&names) {
-        c.error(&path!["signature", "header"], format!("`{names}` is not a valid header name"));
+        c.error(
+            Code::HeaderName,
+            &path!["signature", "header"],
+            format!("`{names}` is not a valid header name"),
+        );
     }
     Some(names)
 }
@@ -726,6 +869,7 @@ fn hmac_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Schem
         SignedPart::Body => {
             if signature.timestamp_header.is_some() || signature.separator.is_some() {
                 c.error_at_key(
+                    Code::SignatureIncomplete,
                     &path!["signature", "signed"],
                     "`timestamp_header` and `separator` need `signed: timestamp_body`",
                 );
@@ -735,6 +879,7 @@ fn hmac_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Schem
         SignedPart::TimestampBody => {
             let Some(timestamp_header) = signature.timestamp_header.clone() else {
                 c.error_at_key(
+                    Code::SignatureIncomplete,
                     &path!["signature", "signed"],
                     "`signed: timestamp_body` needs `timestamp_header`",
                 );
@@ -757,6 +902,7 @@ fn hmac_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Schem
         SignatureAlgorithm::Sha512 | SignatureAlgorithm::HmacSha512 => Algorithm::HmacSha512,
         _ => {
             c.error(
+                Code::SignatureIncomplete,
                 &path!["signature", "algorithm"],
                 "`scheme: hmac` takes `sha1`, `sha256` or `sha512`",
             )
@@ -794,7 +940,7 @@ fn one_char(c: &mut Checker<'_>, path: &[PathSegment], text: &str) -> Option<cha
     match (chars.next(), chars.next()) {
         (Some(ch), None) => Some(ch),
         _ => {
-            c.error(path, format!("`{text}` must be exactly one character"));
+            c.error(Code::OutOfRange, path, format!("`{text}` must be exactly one character"));
             None
         }
     }
@@ -847,12 +993,16 @@ fn custom_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Sch
     let beside = given_fields(signature).into_iter().filter(|(field, _)| !NOT_RULE.contains(field));
     for (field, present) in beside {
         if present {
-            c.error_at_key(&path!["signature", field], format!("`{field}` beside `variants`"))
-                .hint = Some("with `variants`, each variant gives its own rule".into());
+            c.error_at_key(
+                Code::SignatureConflict,
+                &path!["signature", field],
+                format!("`{field}` beside `variants`"),
+            )
+            .hint = Some("with `variants`, each variant gives its own rule".into());
         }
     }
     if variants.is_empty() {
-        c.error(&path!["signature", "variants"], "`variants` is empty");
+        c.error(Code::SignatureVariants, &path!["signature", "variants"], "`variants` is empty");
         return None;
     }
     let mut out = Vec::new();
@@ -887,6 +1037,7 @@ fn custom_scheme(c: &mut Checker<'_>, signature: &SignatureConfig) -> Option<Sch
     {
         let span = c.doc.key_span(&path!["signature", "variants", i + 1]);
         c.diagnostics.push(Diagnostic::warning(
+            Code::SignatureVariants,
             c.file,
             span,
             "variants after one that always applies are never used".to_owned(),
@@ -918,6 +1069,7 @@ fn condition(
     .count();
     if chosen != 1 {
         c.error_at_key(
+            Code::SignatureVariants,
             path,
             "say one of `header`, `query_param`, `body_field`, `all` or `always: true`",
         );
@@ -925,7 +1077,7 @@ fn condition(
     }
     if let Some(all) = &when.all {
         if all.is_empty() {
-            c.error(&join(path, &path!["all"]), "`all` is empty");
+            c.error(Code::SignatureVariants, &join(path, &path!["all"]), "`all` is empty");
             return None;
         }
         let parts: Vec<Option<Condition>> = all
@@ -942,14 +1094,22 @@ fn condition(
         },
         (_, Some(param), _) => {
             if equals.is_some() {
-                c.error_at_key(path, "`equals` goes with `header` or `body_field`");
+                c.error_at_key(
+                    Code::SignatureConflict,
+                    path,
+                    "`equals` goes with `header` or `body_field`",
+                );
             }
             Condition::QueryParam(param.clone())
         }
         (_, _, Some(pointer)) => {
             check_pointer(c, &join(path, &path!["body_field"]), pointer);
             let Some(value) = equals else {
-                c.error_at_key(path, "`body_field` needs `equals`, the value it must have");
+                c.error_at_key(
+                    Code::SignatureVariants,
+                    path,
+                    "`body_field` needs `equals`, the value it must have",
+                );
                 return None;
             };
             Condition::BodyField(pointer.clone(), value)
@@ -965,11 +1125,11 @@ fn join(base: &[PathSegment], tail: &[PathSegment]) -> Vec<PathSegment> {
 fn header_ref(c: &mut Checker<'_>, path: &[PathSegment], names: &HeaderNames) -> HeaderRef {
     let names = names.names();
     if names.is_empty() {
-        c.error(path, "no header name given");
+        c.error(Code::HeaderName, path, "no header name given");
     }
     for name in &names {
         if !valid_header_name(name) {
-            c.error(path, format!("`{name}` is not a valid header name"));
+            c.error(Code::HeaderName, path, format!("`{name}` is not a valid header name"));
         }
     }
     HeaderRef { names }
@@ -982,7 +1142,8 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
     let mut failed = false;
     let algorithm = match spec.algorithm {
         None => {
-            c.error_at_key(base, "`scheme: custom` needs `algorithm`").hint = Some(
+            c.error_at_key(Code::SignatureIncomplete, base, "`scheme: custom` needs `algorithm`")
+                .hint = Some(
                 "e.g. `hmac-sha256`, `hmac-sha1`, `digest-sha256`, `ecdsa-p256-sha256`".into(),
             );
             failed = true;
@@ -1005,8 +1166,12 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
                     SignatureAlgorithm::Sha256 => "sha256",
                     _ => "sha512",
                 };
-                c.error(&at("algorithm"), format!("`{name}` is ambiguous in `scheme: custom`"))
-                    .hint = Some(format!(
+                c.error(
+                    Code::SignatureAlgorithm,
+                    &at("algorithm"),
+                    format!("`{name}` is ambiguous in `scheme: custom`"),
+                )
+                .hint = Some(format!(
                     "say `hmac-{name}`, or `digest-sha256` for a plain hash of secret and content"
                 ));
                 failed = true;
@@ -1016,14 +1181,22 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
     };
     let (signature_source, fields) = match (spec.header, spec.body_field) {
         (Some(_), Some(_)) | (None, None) => {
-            c.error_at_key(base, "say where the signature is: `header` or `body_field`");
+            c.error_at_key(
+                Code::SignatureIncomplete,
+                base,
+                "say where the signature is: `header` or `body_field`",
+            );
             failed = true;
             (SignatureSource::Header(HeaderRef::one("")), None)
         }
         (None, Some(pointer)) => {
             check_pointer(c, &at("body_field"), pointer);
             if spec.fields.is_some() {
-                c.error_at_key(&at("fields"), "`fields` needs a signature `header`");
+                c.error_at_key(
+                    Code::SignatureIncomplete,
+                    &at("fields"),
+                    "`fields` needs a signature `header`",
+                );
             }
             (SignatureSource::BodyField(pointer.clone()), None)
         }
@@ -1032,7 +1205,11 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
             match spec.fields {
                 None => {
                     if spec.signature_field.is_some() {
-                        c.error_at_key(&at("signature_field"), "`signature_field` needs `fields`");
+                        c.error_at_key(
+                            Code::SignatureIncomplete,
+                            &at("signature_field"),
+                            "`signature_field` needs `fields`",
+                        );
                     }
                     (SignatureSource::Header(header), None)
                 }
@@ -1054,12 +1231,14 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
                     };
                     if separator == assign {
                         c.error(
+                            Code::SignatureIncomplete,
                             &join(&fields_at, &path!["assign"]),
                             "`assign` must differ from `separator`",
                         );
                     }
                     let name = spec.signature_field.cloned().unwrap_or_else(|| {
                         c.error_at_key(
+                            Code::SignatureIncomplete,
                             &fields_at,
                             "`fields` needs `signature_field`, the name of the signature fields",
                         );
@@ -1083,6 +1262,7 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
                 (None, Some(field)) => {
                     if fields.is_none() {
                         c.error(
+                            Code::SignatureIncomplete,
                             &join(&ts_at, &path!["field"]),
                             "a timestamp `field` needs the signature header's `fields`",
                         );
@@ -1090,7 +1270,11 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
                     TimestampSource::Field(field.clone())
                 }
                 _ => {
-                    c.error_at_key(&ts_at, "say either `header` or `field`, not both or neither");
+                    c.error_at_key(
+                        Code::SignatureIncomplete,
+                        &ts_at,
+                        "say either `header` or `field`, not both or neither",
+                    );
                     failed = true;
                     TimestampSource::Field(String::new())
                 }
@@ -1132,8 +1316,12 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
         }
         None if algorithm == Algorithm::SharedSecret => Vec::new(),
         None => {
-            c.error_at_key(base, "`scheme: custom` needs `message`, what is signed").hint =
-                Some("e.g. `message: [timestamp, { literal: \".\" }, body]`".into());
+            c.error_at_key(
+                Code::SignatureIncomplete,
+                base,
+                "`scheme: custom` needs `message`, what is signed",
+            )
+            .hint = Some("e.g. `message: [timestamp, { literal: \".\" }, body]`".into());
             failed = true;
             Vec::new()
         }
@@ -1155,7 +1343,7 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
         KeyFormat::Raw | KeyFormat::Whsec => !algorithm.is_public_key(),
     };
     if !fits {
-        c.error(&at("key_format"), format!("{} cannot use this key format", algorithm.name())).hint =
+        c.error(Code::SignatureAlgorithm, &at("key_format"), format!("{} cannot use this key format", algorithm.name())).hint =
             Some("`public_key` goes with `ecdsa-p256-sha256`, `certificate` with `rsa-*`, `raw` and `whsec` with the others".into());
     }
     let spec = Spec {
@@ -1180,7 +1368,7 @@ fn custom_spec(c: &mut Checker<'_>, base: &[PathSegment], spec: &SpecFields<'_>)
     let problems = Scheme::single("custom", spec.clone()).problems();
     let problem_at = if spec.message.is_empty() { base.to_vec() } else { at("message") };
     for problem in &problems {
-        c.error_at_key(&problem_at, problem.clone());
+        c.error_at_key(Code::SignatureAlgorithm, &problem_at, problem.clone());
     }
     problems.is_empty().then_some(spec)
 }
@@ -1201,7 +1389,7 @@ fn compile_source(
         ValueSource::Header(name) => {
             inner.push("header".into());
             if !valid_header_name(name) {
-                c.error(&inner, format!("`{name}` is not a valid header name"));
+                c.error(Code::HeaderName, &inner, format!("`{name}` is not a valid header name"));
             }
             CompiledSource::Header(name.to_ascii_lowercase())
         }
@@ -1216,7 +1404,7 @@ fn compile_source(
         }
         ValueSource::BodySha256 | ValueSource::FormSha256 => {
             if is_type {
-                c.error(path, "the body's hash is not an event type").hint =
+                c.error(Code::WrongType, path, "the body's hash is not an event type").hint =
                     Some("use `header`, `pointer` or `template`".into());
             }
             if *source == ValueSource::FormSha256 {
@@ -1229,17 +1417,33 @@ fn compile_source(
 }
 
 fn check_pointer(c: &mut Checker<'_>, path: &[PathSegment], pointer: &str) {
+    // The key, type and fingerprint read the payload; signature rules read the raw body.
+    if let Some(PathSegment::Key(first)) = path.first()
+        && ["key", "event_type", "fingerprint"].contains(&first.as_str())
+        && let Some(rest) = pointer.strip_prefix('/')
+    {
+        let span = c.doc.locate(path).span;
+        c.payload_uses.push(PayloadUse {
+            path: rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect(),
+            span,
+            place: display_path(path),
+            needed: false,
+            guarded: false,
+        });
+    }
     if !pointer.starts_with('/') {
-        c.error(path, format!("`{pointer}` is not a JSON pointer")).hint = Some(format!(
-            "JSON pointers start with `/`, e.g. `/{}`",
-            pointer.trim_start_matches('.').replace('.', "/")
-        ));
+        c.error(Code::JsonPointer, path, format!("`{pointer}` is not a JSON pointer")).hint =
+            Some(format!(
+                "JSON pointers start with `/`, e.g. `/{}`",
+                pointer.trim_start_matches('.').replace('.', "/")
+            ));
     } else if pointer.contains('.') {
         // A member name may contain a dot, so this is a warning; usually it is a path written
         // the template way.
         let span = c.doc.locate(path).span;
         c.diagnostics.push(
             Diagnostic::warning(
+                Code::DottedPointer,
                 c.file,
                 span,
                 format!("`{pointer}` names one member with a `.` in its name"),
@@ -1274,6 +1478,7 @@ fn check_target(
                     )
                 };
                 c.error(
+                    Code::UnknownConnector,
                     &path!["targets", i, "connector"],
                     format!("unknown connector instance `{}`", target.connector),
                 )
@@ -1284,7 +1489,7 @@ fn check_target(
     };
     if let Some(kind) = connector_kind {
         for (field, message, hint) in kind_restrictions(kind, target) {
-            c.error(&path!["targets", i, field], message).hint = Some(hint);
+            c.error(Code::ConnectorRule, &path!["targets", i, field], message).hint = Some(hint);
         }
     }
     let when = target.when.as_ref().map(|expression| {
@@ -1469,9 +1674,12 @@ fn position_in_scalar(node: &Node, value: &str, byte: usize) -> Pos {
         Style::Plain if line_in_value == 0 => {
             Pos { line: start.line, column: start.column + to_u32(column_in_line) }
         }
-        Style::SingleQuoted | Style::DoubleQuoted
-            if line_in_value == 0 && !value.contains(['\\', '\'']) =>
-        {
+        // Escapes make the text longer in the file than in the value: `\` and `"` in double quotes,
+        // `''` in single quotes.
+        Style::DoubleQuoted if line_in_value == 0 && !value.contains(['\\', '"']) => {
+            Pos { line: start.line, column: start.column + 1 + to_u32(column_in_line) }
+        }
+        Style::SingleQuoted if line_in_value == 0 && !value.contains('\'') => {
             Pos { line: start.line, column: start.column + 1 + to_u32(column_in_line) }
         }
         // A literal block's content starts on the line after the `|`, indented by two more

@@ -12,7 +12,9 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 
-use crate::diagnostic::{Diagnostic, Pos, Span, did_you_mean, suggestion, variant_suggestion};
+use crate::diagnostic::{
+    Code, Diagnostic, Pos, Span, did_you_mean, suggestion, variant_suggestion,
+};
 use crate::yaml::{Node, Style, Value};
 
 #[derive(Debug)]
@@ -53,7 +55,16 @@ impl DeError {
     }
 
     pub fn into_diagnostic(self, file: &str, fallback: Span) -> Diagnostic {
-        let diagnostic = Diagnostic::error(file, self.span.unwrap_or(fallback), self.message);
+        let code = match self.kind {
+            ErrorKind::Value | ErrorKind::NeedsValue => Code::WrongType,
+            ErrorKind::UnknownVariant { .. } => Code::UnknownVariant,
+            ErrorKind::MissingField { .. } => Code::MissingField,
+        };
+        let mut diagnostic =
+            Diagnostic::error(code, file, self.span.unwrap_or(fallback), self.message);
+        if let ErrorKind::MissingField { name } = self.kind {
+            diagnostic = diagnostic.with_label(format!("this block needs `{name}`"));
+        }
         match self.hint {
             Some(hint) => diagnostic.with_hint(hint),
             None => diagnostic,
@@ -290,7 +301,10 @@ fn repair(
         }
         ErrorKind::MissingField { name } => {
             let Value::Map(entries) = &mut node.value else { return false };
-            let key = Node { span, value: Value::Scalar { text: (*name).to_owned(), style: Style::Plain } };
+            let key = Node {
+                span,
+                value: Value::Scalar { text: (*name).to_owned(), style: Style::Plain },
+            };
             entries.push((key, Node { span, value: Value::Null }));
             let mut field = path.to_vec();
             field.push(Step::Value(entries.len() - 1));
@@ -591,6 +605,7 @@ impl<'de> de::Deserializer<'de> for NodeDeserializer<'_> {
             match entry.0.as_str() {
                 Some(key) if !fields.contains(&key) => {
                     let diagnostic = Diagnostic::error(
+                        Code::UnknownField,
                         &self.recovered.file,
                         entry.0.span,
                         format!("unknown field `{key}`"),
@@ -661,10 +676,9 @@ impl<'de> de::SeqAccess<'de> for SeqAccess<'_> {
         seed: T,
     ) -> Result<Option<T::Value>, DeError> {
         match self.items.next() {
-            Some(node) => seed
-                .deserialize(self.de.child(node))
-                .map(Some)
-                .map_err(|e: DeError| e.at(node)),
+            Some(node) => {
+                seed.deserialize(self.de.child(node)).map(Some).map_err(|e: DeError| e.at(node))
+            }
             None => Ok(None),
         }
     }

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+pub use crate::codes::Code;
+
 /// A position in a file, 1-based like every editor shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Pos {
@@ -43,28 +45,54 @@ pub enum Severity {
     Warning,
 }
 
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+/// Another place that explains a diagnostic, such as the first definition of a duplicate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Related {
+    pub file: String,
+    pub span: Span,
+    pub message: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
     pub severity: Severity,
+    pub code: Code,
     pub file: String,
-    pub pos: Pos,
+    /// Where the problem is: the start is what `file:line:column` names, the end bounds the
+    /// caret span when the diagnostic is shown with its source line.
+    pub span: Span,
     pub message: String,
+    /// A short label under the caret; the message says it when there is none.
+    pub label: Option<String>,
     pub hint: Option<String>,
+    pub related: Vec<Related>,
 }
 
 impl Diagnostic {
-    pub fn error(file: &str, span: Span, message: impl Into<String>) -> Diagnostic {
+    pub fn error(code: Code, file: &str, span: Span, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             severity: Severity::Error,
+            code,
             file: file.to_owned(),
-            pos: span.start,
+            span,
             message: message.into(),
+            label: None,
             hint: None,
+            related: Vec::new(),
         }
     }
 
-    pub fn warning(file: &str, span: Span, message: impl Into<String>) -> Diagnostic {
-        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(file, span, message) }
+    pub fn warning(code: Code, file: &str, span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(code, file, span, message) }
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Diagnostic {
@@ -72,9 +100,29 @@ impl Diagnostic {
         self
     }
 
-    pub fn at(mut self, pos: Pos) -> Diagnostic {
-        self.pos = pos;
+    pub fn with_label(mut self, label: impl Into<String>) -> Diagnostic {
+        self.label = Some(label.into());
         self
+    }
+
+    pub fn with_related(
+        mut self,
+        file: &str,
+        span: Span,
+        message: impl Into<String>,
+    ) -> Diagnostic {
+        self.related.push(Related { file: file.to_owned(), span, message: message.into() });
+        self
+    }
+
+    /// Narrows the diagnostic to one position inside its span (a column inside a template).
+    pub fn at(mut self, pos: Pos) -> Diagnostic {
+        self.span = Span { start: pos, end: pos };
+        self
+    }
+
+    pub fn pos(&self) -> Pos {
+        self.span.start
     }
 
     pub fn is_error(&self) -> bool {
@@ -82,19 +130,25 @@ impl Diagnostic {
     }
 }
 
+/// The short form, one problem per line as compilers print them:
+/// `file:line:column: error[H0101]: message`, then the hint and related places.
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let severity = match self.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-        };
+        let Pos { line, column } = self.span.start;
         write!(
             f,
-            "{}:{}:{}: {severity}: {}",
-            self.file, self.pos.line, self.pos.column, self.message
+            "{}:{line}:{column}: {}[{}]: {}",
+            self.file,
+            self.severity.as_str(),
+            self.code,
+            self.message
         )?;
         if let Some(hint) = &self.hint {
             write!(f, "\n  = hint: {hint}")?;
+        }
+        for related in &self.related {
+            let Pos { line, column } = related.span.start;
+            write!(f, "\n  = note: {}:{line}:{column}: {}", related.file, related.message)?;
         }
         Ok(())
     }

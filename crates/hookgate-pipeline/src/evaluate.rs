@@ -229,6 +229,11 @@ impl Context {
         TemplateValue::from(Serde(&map))
     }
 
+    /// The payload, if the body parsed.
+    pub fn payload_value(&self) -> Option<&serde_json::Value> {
+        self.payload.as_ref().ok()
+    }
+
     fn payload(&self, what: &str) -> Result<&serde_json::Value, EvalError> {
         self.payload
             .as_ref()

@@ -213,6 +213,14 @@ impl Fixture {
         })
     }
 
+    /// The payload templates see for this fixture's request, if its body parses: a sample of
+    /// the sender's payloads, for `payload_schema: fixtures`.
+    pub fn payload(&self, pipeline: &CompiledPipeline, body: &[u8]) -> Option<serde_json::Value> {
+        let headers = self.request.all_headers();
+        let delivery = Delivery { headers: &headers, body };
+        crate::evaluate::Context::new(&delivery, pipeline.body_format).payload_value().cloned()
+    }
+
     pub fn run(&self, pipeline: &CompiledPipeline, body: &[u8]) -> Vec<Mismatch> {
         let outcome = match self.outcome(pipeline, body) {
             Ok(outcome) => outcome,

@@ -11,10 +11,12 @@
 //! - [`evaluate`]: a verified delivery → event identity and rendered CRM writes.
 //! - [`fixture`]: sample deliveries with expected verdicts, run without a server.
 
+pub mod codes;
 pub mod diagnostic;
 pub mod evaluate;
 pub mod fixture;
 pub mod model;
+pub mod shape;
 pub mod template;
 #[macro_use]
 pub mod yaml;
@@ -26,7 +28,7 @@ pub use check::{
     CompiledOrdering, CompiledPipeline, CompiledSource, CompiledTarget, Instances, KeyFetch,
     TemplateName,
 };
-pub use diagnostic::{Diagnostic, Pos, Severity, Span};
+pub use diagnostic::{Code, Diagnostic, Pos, Related, Severity, Span};
 
 use crate::yaml::Node;
 
@@ -34,13 +36,12 @@ use crate::yaml::Node;
 pub fn load_instances(file: &str, source: &str) -> (Option<Instances>, Vec<Diagnostic>) {
     let (doc, mut diagnostics) = yaml::parse(file, source);
     let Some(mut doc) = doc else { return (None, diagnostics) };
-    let (model, found, stand_ins) =
-        de::from_node_repairing::<model::InstancesFile>(file, &mut doc);
+    let (model, found, stand_ins) = de::from_node_repairing::<model::InstancesFile>(file, &mut doc);
     diagnostics.extend(found);
     let Some(model) = model else { return (None, diagnostics) };
     let (instances, found) = check::check_instances(file, &doc, model);
     diagnostics.extend(without_echoes(&diagnostics, &stand_ins, found));
-    diagnostics.sort_by_key(|d| d.pos);
+    diagnostics.sort_by_key(|d| d.pos());
     (Some(instances), diagnostics)
 }
 
@@ -61,7 +62,7 @@ pub fn load_pipeline(
     let structurally_sound = !diagnostics.iter().any(Diagnostic::is_error);
     let (compiled, found) = check::check_pipeline(file, &doc, model, instances);
     diagnostics.extend(without_echoes(&diagnostics, &stand_ins, found));
-    diagnostics.sort_by_key(|d| d.pos);
+    diagnostics.sort_by_key(|d| d.pos());
     (compiled.filter(|_| structurally_sound), diagnostics)
 }
 
@@ -75,10 +76,10 @@ fn without_echoes(
     let reported: std::collections::HashSet<Pos> = earlier
         .iter()
         .filter(|d| d.is_error())
-        .map(|d| d.pos)
+        .map(|d| d.pos())
         .chain(stand_ins.iter().copied())
         .collect();
-    found.into_iter().filter(|d| !reported.contains(&d.pos)).collect()
+    found.into_iter().filter(|d| !reported.contains(&d.pos())).collect()
 }
 
 /// A parsed fixture and its document, so mismatches can be reported at their line.

@@ -55,6 +55,13 @@ pub struct Pipeline {
     /// Which parts of the payload decide whether a repeated key carries the same content.
     #[serde(default)]
     pub fingerprint: Option<Fingerprint>,
+    /// The sender's payload, so that `check` reports a template, pointer or condition that
+    /// reads a field the sender never sends, at its place, without running a fixture: a JSON
+    /// Schema written here (an object lists its fields in `properties`; one not listed is
+    /// unknown unless `additionalProperties` allows it), or `fixtures` to take the shape of the
+    /// pipeline's fixtures' bodies. Fields the entity, version or external id read must be
+    /// `required` (in every fixture), or guarded.
+    pub payload_schema: Option<PayloadSchema>,
     /// Orders updates to one entity: an older version never overwrites a newer one.
     #[serde(default)]
     pub ordering: Option<Ordering>,
@@ -75,6 +82,41 @@ pub struct Pipeline {
 
 fn default_retention() -> HumanDuration {
     HumanDuration(Duration::from_secs(30 * 24 * 3600))
+}
+
+/// `payload_schema:` `fixtures`, or a JSON Schema.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PayloadSchema {
+    Fixtures,
+    Schema(serde_json::Value),
+}
+
+impl<'de> Deserialize<'de> for PayloadSchema {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PayloadSchema, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(text) if text == "fixtures" => Ok(PayloadSchema::Fixtures),
+            schema @ serde_json::Value::Object(_) => Ok(PayloadSchema::Schema(schema)),
+            _ => Err(serde::de::Error::custom(
+                "expected `fixtures` or a JSON Schema (a mapping such as `{ type: object, properties: ... }`)",
+            )),
+        }
+    }
+}
+
+impl JsonSchema for PayloadSchema {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PayloadSchema".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "`fixtures`, to infer the payload from the fixtures' bodies, or a JSON Schema of the payload.",
+            "oneOf": [
+                { "const": "fixtures" },
+                { "type": "object", "description": "A JSON Schema (draft 2020-12) of the payload." }
+            ]
+        })
+    }
 }
 
 /// A sender whose contract hookgate knows: any preset but `hubspot-v3`, since

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span as ParserSpan};
 
-use crate::diagnostic::{Diagnostic, Pos, Span};
+use crate::diagnostic::{Code, Diagnostic, Pos, Span};
 
 /// Larger files are refused before parsing: a pipeline is a page of YAML, not a data set.
 pub const FILE_BYTES_MAX: usize = 1024 * 1024;
@@ -127,7 +127,7 @@ pub fn parse(file: &str, source: &str) -> (Option<Node>, Vec<Diagnostic>) {
             "the file is {} bytes, larger than the {FILE_BYTES_MAX}-byte limit for a configuration file",
             source.len()
         );
-        return (None, vec![Diagnostic::error(file, Span::start(), message)]);
+        return (None, vec![Diagnostic::error(Code::Yaml, file, Span::start(), message)]);
     }
     let root = builder.run(source);
     (root, builder.diagnostics)
@@ -161,8 +161,12 @@ impl Builder<'_> {
                     let marker = error.marker();
                     let pos = Pos::from_marker(marker.line(), marker.col());
                     let message = format!("invalid YAML: {}", error.info());
-                    let mut diagnostic =
-                        Diagnostic::error(self.file, Span { start: pos, end: pos }, message);
+                    let mut diagnostic = Diagnostic::error(
+                        Code::Yaml,
+                        self.file,
+                        Span { start: pos, end: pos },
+                        message,
+                    );
                     if source.contains('\t') && error.info().contains("tab") {
                         diagnostic = diagnostic.with_hint("YAML indentation must use spaces");
                     }
@@ -293,12 +297,16 @@ impl Builder<'_> {
             if let Some(text) = key.as_str() {
                 if let Some(first) = seen.get(text) {
                     let message = format!("duplicate key `{text}`");
-                    let hint = format!(
-                        "`{text}` is first defined at line {}; a key may appear once",
-                        first.start.line
-                    );
-                    self.diagnostics
-                        .push(Diagnostic::error(self.file, key.span, message).with_hint(hint));
+                    let diagnostic =
+                        Diagnostic::error(Code::DuplicateKey, self.file, key.span, message)
+                            .with_label("defined again here")
+                            .with_hint("a key may appear once; the first is kept")
+                            .with_related(
+                                self.file,
+                                *first,
+                                format!("`{text}` is first defined here"),
+                            );
+                    self.diagnostics.push(diagnostic);
                     continue;
                 }
                 seen.insert(text.to_owned(), key.span);
@@ -309,7 +317,7 @@ impl Builder<'_> {
     }
 
     fn error(&mut self, span: Span, message: impl Into<String>) {
-        self.diagnostics.push(Diagnostic::error(self.file, span, message));
+        self.diagnostics.push(Diagnostic::error(Code::Yaml, self.file, span, message));
     }
 }
 
@@ -382,7 +390,7 @@ mod tests {
         assert_eq!(diagnostics.len(), 1);
         assert_eq!(
             diagnostics[0].to_string(),
-            "t.yaml:3:1: error: duplicate key `a`\n  = hint: `a` is first defined at line 1; a key may appear once"
+            "t.yaml:3:1: error[H0002]: duplicate key `a`\n  = hint: a key may appear once; the first is kept\n  = note: t.yaml:1:1: `a` is first defined here"
         );
         let node = node.expect("tree");
         assert_eq!(node.locate(&path!["a"]).as_str(), Some("1"));

@@ -1,13 +1,15 @@
 //! Loading a project's configuration from disk, and `check`: every problem in every file at
 //! once, then every fixture run.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use hookgate_pipeline::model::SecretRef;
 use hookgate_pipeline::{
-    CompiledPipeline, Diagnostic, Instances, Pos, Span, load_fixture, load_instances, load_pipeline,
+    Code, CompiledPipeline, Diagnostic, Instances, Pos, Span, load_fixture, load_instances,
+    load_pipeline,
+    shape::{Shape, ShapeSource},
 };
 
 use crate::files::{self, BODY_BYTES_MAX};
@@ -16,8 +18,11 @@ use crate::secrets::{self, SecretError};
 /// What an unresolvable secret reference is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SecretPolicy {
-    /// `check` in CI, where production secrets are absent: a warning.
+    /// `check` in CI, where production secrets are absent: one warning naming them all, except
+    /// those a pipeline's fixtures supply (its fixtures are what `check` runs).
     Warn,
+    /// `check --allow-unset-secrets`: not reported.
+    Allow,
     /// `serve`: an error, because the pipeline could not verify anything.
     Require,
 }
@@ -66,9 +71,11 @@ pub fn load(options: &Options) -> Project {
             }
             instances
         }
-        Err(diagnostic) => {
-            diagnostics
-                .push(diagnostic.with_hint("name the connector-instances file with `--instances`"));
+        Err(error) => {
+            diagnostics.push(
+                Diagnostic::from(error)
+                    .with_hint("name the connector-instances file with `--instances`"),
+            );
             None
         }
     };
@@ -78,8 +85,8 @@ pub fn load(options: &Options) -> Project {
         let name = path.display().to_string();
         let source = match files::read_config(&path) {
             Ok(source) => source,
-            Err(diagnostic) => {
-                diagnostics.push(diagnostic);
+            Err(error) => {
+                diagnostics.push(error.into());
                 continue;
             }
         };
@@ -96,14 +103,17 @@ pub fn load(options: &Options) -> Project {
         match seen.get(compiled.name.as_str()) {
             Some(first) => diagnostics.push(
                 Diagnostic::error(
+                    Code::DuplicateName,
                     &compiled.file,
                     compiled.span_of_name(),
                     format!("duplicate pipeline name `{}`", compiled.name),
                 )
-                .with_hint(format!(
-                    "`{}` is also the name of {}; names are intake paths and must be unique",
-                    compiled.name, first.file
-                )),
+                .with_hint("names are intake paths and must be unique")
+                .with_related(
+                    &first.file,
+                    first.span_of_name(),
+                    "also the name of this pipeline",
+                ),
             ),
             None => {
                 seen.insert(&compiled.name, compiled);
@@ -116,15 +126,29 @@ pub fn load(options: &Options) -> Project {
         references.extend(instances.secrets.iter().map(|(r, p)| (instances.file.as_str(), r, *p)));
     }
     for loaded in &pipelines {
+        let supplied = match options.secrets {
+            SecretPolicy::Require => HashSet::new(),
+            SecretPolicy::Warn | SecretPolicy::Allow => fixture_secret_names(&loaded.path),
+        };
         references.extend(
-            loaded.compiled.secrets.iter().map(|(r, p)| (loaded.compiled.file.as_str(), r, *p)),
+            loaded
+                .compiled
+                .secrets
+                .iter()
+                .filter(|(r, _)| {
+                    let (SecretRef::Env(name) | SecretRef::File(name)) = r;
+                    !supplied.contains(name)
+                })
+                .map(|(r, p)| (loaded.compiled.file.as_str(), r, *p)),
         );
     }
-    for (file, reference, pos) in references {
-        if let Err(error) = options.resolver.resolve(reference) {
-            diagnostics.push(secret_diagnostic(file, pos, &error, options.secrets));
-        }
-    }
+    let unresolved: Vec<(&str, Pos, SecretError)> = references
+        .into_iter()
+        .filter_map(|(file, reference, pos)| {
+            options.resolver.resolve(reference).err().map(|error| (file, pos, error))
+        })
+        .collect();
+    diagnostics.extend(secret_diagnostics(&unresolved, options.secrets));
     // A secret that is set but cannot be a key of its scheme (a public key that is not one, a
     // `whsec_` value that is not base64) is an error wherever it is found.
     for loaded in &pipelines {
@@ -135,6 +159,7 @@ pub fn load(options: &Options) -> Project {
                 let span = Span { start: *pos, end: *pos };
                 diagnostics.push(
                     Diagnostic::error(
+                        Code::Secrets,
                         &compiled.file,
                         span,
                         format!(
@@ -151,19 +176,57 @@ pub fn load(options: &Options) -> Project {
     Project { instances, pipelines, diagnostics }
 }
 
-fn secret_diagnostic(
-    file: &str,
-    pos: Pos,
-    error: &SecretError,
+/// Unresolvable secrets: each an error when serving; for `check`, one warning that names them
+/// all, since CI rarely has production secrets and a warning per reference would bury the
+/// errors.
+fn secret_diagnostics(
+    unresolved: &[(&str, Pos, SecretError)],
     policy: SecretPolicy,
-) -> Diagnostic {
-    let span = Span { start: pos, end: pos };
+) -> Vec<Diagnostic> {
+    let span_at = |pos: Pos| Span { start: pos, end: pos };
     match policy {
-        SecretPolicy::Warn => Diagnostic::warning(file, span, error.to_string())
-            .with_hint("`hookgate serve` refuses to start until it is set"),
-        SecretPolicy::Require => Diagnostic::error(file, span, error.to_string())
-            .with_hint("set it before starting; secrets are never written in configuration files"),
+        SecretPolicy::Allow => Vec::new(),
+        SecretPolicy::Require => unresolved
+            .iter()
+            .map(|(file, pos, error)| {
+                Diagnostic::error(Code::UnsetSecret, file, span_at(*pos), error.to_string())
+                    .with_hint(
+                        "set it before starting; secrets are never written in configuration files",
+                    )
+            })
+            .collect(),
+        SecretPolicy::Warn => {
+            let Some((first_file, first_pos, _)) = unresolved.first() else { return Vec::new() };
+            let list: Vec<String> = unresolved
+                .iter()
+                .map(|(file, pos, error)| {
+                    format!("{} ({file}:{}:{})", error.subject(), pos.line, pos.column)
+                })
+                .collect();
+            let message = match unresolved {
+                [(_, _, error)] => error.to_string(),
+                _ => format!("{} secrets are not set: {}", unresolved.len(), list.join(", ")),
+            };
+            vec![
+                Diagnostic::warning(Code::UnsetSecret, first_file, span_at(*first_pos), message)
+                    .with_hint("`hookgate serve` refuses to start until they are set; `--allow-unset-secrets` silences this"),
+            ]
+        }
     }
+}
+
+/// The secret names a pipeline's fixtures supply: `check` runs those fixtures with them, so the
+/// environment need not have them. Fixtures that do not load are reported when they are run.
+fn fixture_secret_names(pipeline: &Path) -> HashSet<String> {
+    let Ok(entries) = std::fs::read_dir(fixture_dir(pipeline)) else { return HashSet::new() };
+    let mut names = HashSet::new();
+    for path in entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| is_yaml(p)) {
+        let Ok(source) = files::read_config(&path) else { continue };
+        if let (Some(loaded), _) = load_fixture(&path.display().to_string(), &source) {
+            names.extend(loaded.fixture.secrets.keys().cloned());
+        }
+    }
+    names
 }
 
 /// The pipeline files named by `paths`: files as given, directories' `*.yaml` and `*.yml`
@@ -182,9 +245,8 @@ fn pipeline_files(paths: &[PathBuf], diagnostics: &mut Vec<Diagnostic>) -> Vec<P
                     found.sort();
                     out.extend(found);
                 }
-                Err(e) => {
-                    diagnostics.push(files::diagnostic(path, format!("cannot read directory: {e}")))
-                }
+                Err(e) => diagnostics
+                    .push(files::error(path, format!("cannot read directory: {e}")).into()),
             }
         } else {
             out.push(path.clone());
@@ -223,18 +285,10 @@ impl Report {
         self.diagnostics.iter().filter(|d| !d.is_error()).count()
     }
 
-    /// Diagnostics, then a summary line.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        for error in &self.option_errors {
-            let _ = writeln!(out, "error: {error}");
-        }
-        for diagnostic in &self.diagnostics {
-            let _ = writeln!(out, "{diagnostic}");
-        }
-        let _ = writeln!(
-            out,
-            "checked {} pipelines and {} fixtures ({} failed): {} errors, {} warnings",
+    /// The last line: what was checked and what was found.
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "checked {} pipelines and {} fixtures ({} failed): {} errors, {} warnings\n",
             self.pipelines,
             self.fixtures_run,
             self.fixtures_failed,
@@ -270,44 +324,81 @@ fn check_fixtures(options: &Options, bless: bool) -> Report {
     for loaded in &project.pipelines {
         run_fixtures(loaded, &mut report, bless);
     }
-    report.diagnostics.sort_by(|a, b| (&a.file, a.pos).cmp(&(&b.file, b.pos)));
+    report.diagnostics.sort_by(|a, b| (&a.file, a.pos()).cmp(&(&b.file, b.pos())));
     report
 }
 
 fn run_fixtures(loaded: &LoadedPipeline, report: &mut Report, bless: bool) {
     let dir = fixture_dir(&loaded.path);
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
-    let mut paths: Vec<PathBuf> =
-        entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| is_yaml(p)).collect();
+    let mut paths: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(entries) => {
+            entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| is_yaml(p)).collect()
+        }
+        Err(_) => Vec::new(),
+    };
     paths.sort();
+    let mut payloads = Vec::new();
     for path in paths {
         report.fixtures_run += 1;
         let before = report.errors();
-        run_fixture(&loaded.compiled, &path, report, bless);
+        payloads.extend(run_fixture(&loaded.compiled, &path, report, bless));
         if report.errors() > before {
             report.fixtures_failed += 1;
         }
     }
+    let compiled = &loaded.compiled;
+    if compiled.payload_from_fixtures {
+        if payloads.is_empty() {
+            report.diagnostics.push(
+                Diagnostic::warning(
+                    Code::NoEffect,
+                    &compiled.file,
+                    compiled.span_of_name(),
+                    "`payload_schema: fixtures`, but no fixture has a body that parses",
+                )
+                .with_hint(format!("add fixtures under {}/", dir.display())),
+            );
+        } else {
+            let shape = Shape::infer(&payloads);
+            report.diagnostics.extend(compiled.payload_problems(&shape, ShapeSource::Fixtures));
+        }
+    }
 }
 
-fn run_fixture(pipeline: &CompiledPipeline, path: &Path, report: &mut Report, bless: bool) {
+/// Runs one fixture, reporting what it finds; returns the payload its body makes.
+fn run_fixture(
+    pipeline: &CompiledPipeline,
+    path: &Path,
+    report: &mut Report,
+    bless: bool,
+) -> Option<serde_json::Value> {
     let name = path.display().to_string();
     let source = match files::read_config(path) {
         Ok(source) => source,
-        Err(diagnostic) => return report.diagnostics.push(diagnostic),
+        Err(error) => {
+            report.diagnostics.push(error.into());
+            return None;
+        }
     };
     let (loaded, found) = load_fixture(&name, &source);
     report.diagnostics.extend(found);
-    let Some(loaded) = loaded else { return };
+    let loaded = loaded?;
     let body_path = path.parent().unwrap_or(Path::new(".")).join(&loaded.fixture.request.body_file);
     let body = match files::read_bounded(&body_path, BODY_BYTES_MAX) {
         Ok(body) => body,
-        Err(diagnostic) => {
+        Err(error) => {
             let pos = loaded.position(&hookgate_pipeline::path!["request", "body_file"]);
             let span = Span { start: pos, end: pos };
-            return report.diagnostics.push(Diagnostic::error(&name, span, diagnostic.message));
+            report.diagnostics.push(Diagnostic::error(
+                Code::FixtureBody,
+                &name,
+                span,
+                error.message,
+            ));
+            return None;
         }
     };
+    let payload = loaded.fixture.payload(pipeline, &body);
     let mismatches = loaded.fixture.run(pipeline, &body);
     if bless
         && (!mismatches.is_empty() || loaded.fixture.expects_little())
@@ -319,16 +410,17 @@ fn run_fixture(pipeline: &CompiledPipeline, path: &Path, report: &mut Report, bl
             match std::fs::write(path, blessed) {
                 Ok(()) => {
                     report.fixtures_blessed += 1;
-                    return;
+                    return payload;
                 }
                 Err(e) => {
                     let span = Span { start: loaded.position(&[]), end: loaded.position(&[]) };
                     report.diagnostics.push(Diagnostic::error(
+                        Code::FixtureBody,
                         &name,
                         span,
                         format!("cannot rewrite: {e}"),
                     ));
-                    return;
+                    return payload;
                 }
             }
         }
@@ -336,6 +428,12 @@ fn run_fixture(pipeline: &CompiledPipeline, path: &Path, report: &mut Report, bl
     for mismatch in mismatches {
         let pos = loaded.position(&mismatch.path);
         let span = Span { start: pos, end: pos };
-        report.diagnostics.push(Diagnostic::error(&name, span, mismatch.message));
+        report.diagnostics.push(Diagnostic::error(
+            Code::FixtureMismatch,
+            &name,
+            span,
+            mismatch.message,
+        ));
     }
+    payload
 }

@@ -36,6 +36,7 @@ pub fn check(instances: &Instances) -> Vec<Diagnostic> {
             }
             ConnectorKind::Plugin => diagnostics.push(
                 Diagnostic::error(
+                    hookgate_pipeline::Code::ConnectorSettings,
                     &instances.file,
                     Span::start(),
                     format!("connector `{name}`: kind `plugin` is not available in this build"),

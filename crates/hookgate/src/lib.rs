@@ -18,6 +18,7 @@ pub mod demo;
 pub mod events;
 pub mod files;
 pub mod fixture_new;
+pub mod render;
 pub mod schemas;
 pub mod secrets;
 pub mod serve;

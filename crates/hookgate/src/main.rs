@@ -9,9 +9,11 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use hookgate::check::{self, Options, SecretPolicy};
 use hookgate::demo::{self, DemoOptions};
+use hookgate::render::{self, Color, MessageFormat};
 use hookgate::serve::{self, ServeOptions};
 use hookgate::{connectors, events};
 use hookgate_engine::{WorkerConfig, now_ms};
+use hookgate_pipeline::Code;
 use hookgate_server::ServerConfig;
 use hookgate_store::{EventFilter, StoreOptions};
 
@@ -39,10 +41,27 @@ enum Command {
         /// signature, from what its delivery produces (also `UPDATE_EXPECT=1`); review the diff.
         #[arg(long)]
         bless: bool,
+        /// How to show problems: `human` (the source line and a caret, on stderr), `short`
+        /// (one line each, on stderr) or `json` (one object per line, on stdout).
+        #[arg(long, value_enum, default_value = "human")]
+        message_format: MessageFormat,
+        /// Colour in the human form: `auto` (when stderr is a terminal and NO_COLOR is unset),
+        /// `always` or `never`.
+        #[arg(long, value_enum, default_value = "auto")]
+        color: Color,
+        /// Do not warn about secrets whose environment variable or file is not set (CI without
+        /// production secrets). `serve` still refuses them.
+        #[arg(long)]
+        allow_unset_secrets: bool,
         /// The workers' settings (and their environment variables) are checked too, so that a
         /// deployment's CI refuses what `serve` would.
         #[command(flatten)]
         work: WorkArgs,
+    },
+    /// Explain an error code from `check`: what it means, an example and how to fix it.
+    Explain {
+        /// The code, e.g. `H0103`.
+        code: String,
     },
     /// Serve `POST /hooks/{pipeline}`, `GET /healthz` and `GET /readyz`, and deliver to the CRMs.
     ///
@@ -396,11 +415,16 @@ fn main() -> ExitCode {
         print!("{text}");
         return ExitCode::SUCCESS;
     }
-    if let Command::Check { config, bless, work } = cli.command {
+    if let Command::Explain { code } = &cli.command {
+        return explain(code);
+    }
+    if let Command::Check { config, bless, message_format, color, allow_unset_secrets, work } =
+        cli.command
+    {
         let options = Options {
             paths: config.pipelines,
             instances: config.instances,
-            secrets: SecretPolicy::Warn,
+            secrets: if allow_unset_secrets { SecretPolicy::Allow } else { SecretPolicy::Warn },
             resolver: Default::default(),
         };
         let bless = bless || std::env::var_os("UPDATE_EXPECT").is_some_and(|v| v == "1");
@@ -408,7 +432,11 @@ fn main() -> ExitCode {
         if let Err(problem) = work.worker_config() {
             report.option_errors.push(format!("{problem:#}"));
         }
-        print!("{}", report.render());
+        match message_format {
+            MessageFormat::Human => eprint!("{}", render::human(&report, color.enabled())),
+            MessageFormat::Short => eprint!("{}", render::short(&report)),
+            MessageFormat::Json => print!("{}", render::json(&report)),
+        }
         return if report.errors() > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS };
     }
     // The demo's output is the point; its logs would drown it.
@@ -429,9 +457,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// `hookgate explain CODE`: the code's explanation, or the list of codes.
+fn explain(code: &str) -> ExitCode {
+    match code.parse::<Code>() {
+        Ok(code) => {
+            println!("{code}: {}\n\n{}", code.title(), code.explanation());
+            ExitCode::SUCCESS
+        }
+        Err(()) => {
+            eprintln!("error: `{code}` is not a hookgate error code; the codes are:");
+            for code in Code::ALL {
+                eprintln!("  {code}  {}", code.title());
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
 async fn run(command: Command) -> Result<()> {
     match command {
         Command::Check { .. }
+        | Command::Explain { .. }
         | Command::Sign { .. }
         | Command::Schema { .. }
         | Command::Fixture { .. } => {

@@ -19,6 +19,16 @@ pub enum SecretError {
     Unreadable { reference: String, reason: String },
 }
 
+impl SecretError {
+    /// The reference the error is about: `environment variable `X``.
+    pub fn subject(&self) -> &str {
+        match self {
+            SecretError::Unset(reference) | SecretError::Empty(reference) => reference,
+            SecretError::Unreadable { reference, .. } => reference,
+        }
+    }
+}
+
 /// Where secret values come from.
 #[derive(Debug, Clone, Default)]
 pub enum Resolver {
