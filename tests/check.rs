@@ -237,6 +237,25 @@ const BREAKAGES: &[Breakage] = &[
         to: "{{ patient.id }}\"\n  version",
         expected: "pipelines/crm-partner.yaml:36:15: error[H0502]: template uses `patient`, which is not defined here",
     },
+    // Payload fields are checked against the declared schema, or the fixtures' bodies.
+    Breakage {
+        file: "pipelines/crm-partner.yaml",
+        from: "entity: \"{{ payload.PatientId }}\"",
+        to: "entity: \"{{ payload.PatientID }}\"",
+        expected: "pipelines/crm-partner.yaml:36:15: error[H1001]: `payload.PatientID`: the payload schema has no `PatientID` in the payload\n  = hint: did you mean `PatientId`?",
+    },
+    Breakage {
+        file: "pipelines/crm-partner.yaml",
+        from: "required: [PracticeId, Command, PatientId, CommandTime]",
+        to: "required: [PracticeId, Command, CommandTime]",
+        expected: "pipelines/crm-partner.yaml:36:15: error[H1002]: `payload.PatientId` is needed by `ordering.entity`, but not every payload has it",
+    },
+    Breakage {
+        file: "pipelines/signups.yaml",
+        from: "{{ payload.user.first_name }}",
+        to: "{{ payload.user.firstname }}",
+        expected: "pipelines/signups.yaml:36:22: error[H1001]: `payload.user.firstname`: no fixture's payload has `firstname` in `payload.user`\n  = hint: did you mean `first_name`?",
+    },
     Breakage {
         file: "pipelines/standard-webhooks.yaml",
         from: "tolerance: 5m",

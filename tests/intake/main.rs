@@ -582,7 +582,10 @@ async fn refuses_to_start_with_an_unset_secret_or_a_broken_pipeline() {
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("broken.yaml:2:1: error[H0101]: unknown field `singature`"), "{stderr}");
+    assert!(
+        stderr.contains("broken.yaml:2:1: error[H0101]: unknown field `singature`"),
+        "{stderr}"
+    );
     database.cleanup().await;
 }
 

@@ -190,13 +190,18 @@ pub(crate) fn check_instances(
             let pos = doc.locate(&path!["connectors", i, "credentials", key.as_str()]).span.start;
             secrets.push((instance.credentials[key].clone(), pos));
         }
-        if connectors.contains_key(&instance.name) {
-            diagnostics.push(Diagnostic::error(
-                Code::DuplicateName,
-                file,
-                name_span,
-                format!("duplicate connector name `{}`", instance.name),
-            ));
+        if let Some(&first) = index.get(&instance.name) {
+            let first_span = doc.locate(&path!["connectors", first, "name"]).span;
+            diagnostics.push(
+                Diagnostic::error(
+                    Code::DuplicateName,
+                    file,
+                    name_span,
+                    format!("duplicate connector name `{}`", instance.name),
+                )
+                .with_hint("targets name connector instances: make each name unique")
+                .with_related(file, first_span, "first defined here"),
+            );
             continue;
         }
         index.insert(instance.name.clone(), i);

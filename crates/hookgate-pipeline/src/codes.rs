@@ -97,8 +97,8 @@ should hold it.
         object: contacts";
 
     InvalidName = "H0201", "a name that cannot be used",
-"Pipeline and connector names become URL paths and metric labels: lowercase letters, digits
-and `-`, starting with a letter, at most 64 characters.
+"Pipeline and connector names become URL paths and metric labels: lowercase letters, digits,
+`-` and `_`, starting with a letter, at most 64 characters.
 
     name: Sign Ups    # error[H0201]: invalid pipeline name";
 
