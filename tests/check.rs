@@ -437,13 +437,16 @@ fn unset_secrets_are_one_warning_for_check() {
             .env_remove("HUBSPOT_TOKEN")
             .env_remove("SALESFORCE_CLIENT_ID")
             .env_remove("SALESFORCE_CLIENT_SECRET")
+            // Set but empty: a mistake in the environment, which fixtures do not excuse.
+            .env("SIGNUPS_SECRET", "")
             .output()
             .unwrap();
         (output.status.success(), report(&output))
     };
     let (success, text) = check(&[]);
     assert!(success, "{text}");
-    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("warning[H0801]")).collect();
+    let warnings: Vec<&str> =
+        text.lines().filter(|l| l.contains("warning[H0801]") && l.contains("not set")).collect();
     assert_eq!(warnings.len(), 1, "one line for every unset secret:\n{text}");
     let warning = warnings[0];
     for expected in [
@@ -457,15 +460,18 @@ fn unset_secrets_are_one_warning_for_check() {
     // pipelines/stripe.yaml's fixtures supply its secret; a set secret is never reported.
     assert!(!warning.contains("pipelines/stripe.yaml"), "{warning}");
     assert!(!text.contains("GITHUB_WEBHOOK_SECRET"), "{text}");
+    let empty = "pipelines/signups.yaml:19:7: warning[H0801]: environment variable `SIGNUPS_SECRET` is empty";
+    assert!(text.contains(empty), "{text}");
     assert!(
-        text.contains("checked 7 pipelines and 30 fixtures (0 failed): 0 errors, 1 warnings"),
+        text.contains("checked 7 pipelines and 30 fixtures (0 failed): 0 errors, 2 warnings"),
         "{text}"
     );
 
     let (success, text) = check(&["--allow-unset-secrets"]);
     assert!(success, "{text}");
-    assert!(!text.contains("H0801"), "{text}");
-    assert!(text.contains("0 errors, 0 warnings"), "{text}");
+    assert!(!text.contains("are not set"), "{text}");
+    assert!(text.contains(empty), "{text}");
+    assert!(text.contains("0 errors, 1 warning\n"), "{text}");
 }
 
 #[test]
@@ -929,7 +935,7 @@ fn the_human_form_shows_every_mistake_with_its_source_line() {
     assert!(output.stdout.is_empty(), "{}", stdout(&output));
     let text = report(&output);
     assert_golden("ten-mistakes.human", &text);
-    assert!(text.ends_with("10 errors, 1 warnings\n"), "{text}");
+    assert!(text.ends_with("10 errors, 1 warning\n"), "{text}");
     assert!(!text.contains('\x1b'), "no colour when asked for none");
 
     // Colour: always when asked, never when stderr is not a terminal (as here) under `auto`.

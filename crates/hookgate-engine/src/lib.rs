@@ -270,13 +270,15 @@ impl Gateway {
             pipeline.compiled.check_future(&identity, incoming.received_at_ms)?;
             let mut due = Vec::new();
             for index in pipeline.compiled.due_targets(&ctx)? {
-                // Rendered even when the ordering entity keys the write: a delivery whose
-                // record cannot be named is refused now, where the sender sees why, instead
-                // of being accepted and dead-lettered.
-                let external_id = pipeline.compiled.render_external_id(index, &ctx)?;
                 let entity = match &identity.ordering {
-                    Some(ordering) => ordering.entity.clone(),
-                    None => external_id,
+                    Some(ordering) => {
+                        // The ordering entity keys the write, but a delivery whose record
+                        // cannot be named is refused now, where the sender sees why, instead
+                        // of being accepted and dead-lettered: the worker's rule, checked early.
+                        pipeline.compiled.render_record_id(index, &ctx)?;
+                        ordering.entity.clone()
+                    }
+                    None => pipeline.compiled.render_external_id(index, &ctx)?,
                 };
                 due.push((index, entity));
             }

@@ -19,7 +19,7 @@ use crate::model::{
 };
 use crate::shape::{PayloadUse, Shape, ShapeSource};
 use crate::template::{self, BUILTIN_FUNCTIONS, EVENT_VARIABLES, REQUEST_VARIABLES};
-use crate::yaml::{Node, PathSegment, Style, Value};
+use crate::yaml::{Node, PathSegment, Value};
 
 /// Pipeline names become URL path segments and database values.
 const NAME_CHARS_MAX: usize = 64;
@@ -224,6 +224,8 @@ fn valid_name(name: &str) -> bool {
 
 struct Checker<'a> {
     file: &'a str,
+    /// The file's text, to find a place inside a scalar where it really is.
+    source: &'a str,
     doc: &'a Node,
     env: Environment<'static>,
     diagnostics: Vec<Diagnostic>,
@@ -273,7 +275,7 @@ impl Checker<'_> {
             let node = self.doc.locate(path);
             let span = node.span;
             let byte = error.range().map(|r| r.start.saturating_sub(offset)).unwrap_or(0);
-            let pos = position_in_scalar(node, user_source, byte.min(user_source.len()));
+            let at = self.place_in_scalar(node, user_source, byte.min(user_source.len()), None);
             let detail = error.detail().unwrap_or("invalid syntax").to_owned();
             // A condition is already an expression: `{{ }}` inside one is the usual mistake,
             // and the generic hint would recommend it.
@@ -293,7 +295,7 @@ impl Checker<'_> {
                     span,
                     format!("template syntax error: {detail}"),
                 )
-                .at(pos)
+                .at(at.start)
                 .with_hint(hint),
             );
             return name;
@@ -321,22 +323,23 @@ impl Checker<'_> {
             [PathSegment::Key(t), PathSegment::Index(_), PathSegment::Key(e), PathSegment::Key(v)]
                 if t == "targets" && e == "external_id" && v == "value"
         );
-        let guarded = user_source.contains("default")
-            || user_source.contains("is defined")
-            || user_source.contains("{%");
+        // A fallback of the template's own: a `default` filter, an `is defined` test, an `if`.
+        let compact: String = user_source.chars().filter(|c| !c.is_whitespace()).collect();
+        let guarded = compact.contains("|default")
+            || compact.contains("|d(")
+            || user_source.contains(" is defined")
+            || user_source.contains(" is not none")
+            || compact.contains("{%if");
         let node = self.doc.locate(path);
         for chain in longest {
-            let byte = user_source.find(chain.as_str()).unwrap_or(0);
-            let pos = position_in_scalar(node, user_source, byte);
-            let end = Pos {
-                line: pos.line,
-                column: pos
-                    .column
-                    .saturating_add(u32::try_from(chain.chars().count()).unwrap_or(0)),
+            let span = match find_name(user_source, chain) {
+                Some(byte) => self.place_in_scalar(node, user_source, byte, Some(chain.len())),
+                None => Span { start: node.span.start, end: node.span.start },
             };
             self.payload_uses.push(PayloadUse {
                 path: chain["payload.".len()..].split('.').map(str::to_owned).collect(),
-                span: Span { start: pos, end },
+                shown: chain.clone(),
+                span,
                 place: name.clone(),
                 needed,
                 guarded,
@@ -354,16 +357,17 @@ impl Checker<'_> {
                 hint = "`event` is not known yet here: the key, scope and type are derived from `payload`, `headers` and `body`".to_owned();
             }
             let node = self.doc.locate(path);
-            let byte = user_source.find(variable.as_str()).unwrap_or(0);
-            let pos = position_in_scalar(node, user_source, byte);
+            let span = match find_name(user_source, &variable) {
+                Some(byte) => self.place_in_scalar(node, user_source, byte, Some(variable.len())),
+                None => Span { start: node.span.start, end: node.span.start },
+            };
             self.diagnostics.push(
                 Diagnostic::error(
                     Code::TemplateVariable,
                     self.file,
-                    node.span,
+                    span,
                     format!("template uses `{variable}`, which is not defined here"),
                 )
-                .at(pos)
                 .with_hint(hint),
             );
         }
@@ -373,12 +377,14 @@ impl Checker<'_> {
 
 pub(crate) fn check_pipeline(
     file: &str,
+    source: &str,
     doc: &Node,
     model: Pipeline,
     instances: Option<&Instances>,
 ) -> (Option<CompiledPipeline>, Vec<Diagnostic>) {
     let mut c = Checker {
         file,
+        source,
         doc,
         env: template::environment(),
         diagnostics: Vec::new(),
@@ -1422,14 +1428,17 @@ fn compile_source(
 }
 
 fn check_pointer(c: &mut Checker<'_>, path: &[PathSegment], pointer: &str) {
-    // The key, type and fingerprint read the payload; signature rules read the raw body.
+    // The key, type and fingerprint read the payload; signature rules read the raw body. A
+    // dotted pointer has its own warning, which says what it probably means.
     if let Some(PathSegment::Key(first)) = path.first()
         && ["key", "event_type", "fingerprint"].contains(&first.as_str())
         && let Some(rest) = pointer.strip_prefix('/')
+        && !pointer.contains('.')
     {
         let span = c.doc.locate(path).span;
         c.payload_uses.push(PayloadUse {
             path: rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect(),
+            shown: pointer.to_owned(),
             span,
             place: display_path(path),
             needed: false,
@@ -1666,34 +1675,78 @@ pub(crate) fn display_path(path: &[PathSegment]) -> String {
     out
 }
 
-/// Maps a byte offset inside a scalar's value to a position in the file. Exact for
-/// single-line scalars and literal blocks; otherwise the scalar's start.
-fn position_in_scalar(node: &Node, value: &str, byte: usize) -> Pos {
-    let start = node.span.start;
-    let Value::Scalar { style, .. } = &node.value else { return start };
-    let before = &value[..byte.min(value.len())];
-    let line_in_value = before.matches('\n').count();
-    let column_in_line = before.rsplit('\n').next().map(|s| s.chars().count()).unwrap_or(0);
+/// The first place `name` occurs in `text` as a whole name: not inside a longer one
+/// (`payload.user` in `payload.user_id` or `payload.users`).
+fn find_name(text: &str, name: &str) -> Option<usize> {
+    let is_name_char = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(name).map(|(i, _)| i).find(|&i| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + name.len()..].chars().next();
+        !before.is_some_and(is_name_char) && !after.is_some_and(is_name_char)
+    })
+}
+
+/// The byte offset of a position in `source` (lines by `\n`, columns in characters).
+fn offset_in(source: &str, pos: Pos) -> Option<usize> {
+    let mut line_start = 0;
+    for _ in 1..pos.line {
+        line_start += source[line_start..].find('\n')? + 1;
+    }
+    let line = &source[line_start..];
+    let line = &line[..line.find('\n').unwrap_or(line.len())];
+    let column = usize::try_from(pos.column.checked_sub(1)?).ok()?;
+    // One past the last character is the end of the line (where a span may end).
+    line.char_indices().map(|(i, _)| i).chain([line.len()]).nth(column).map(|i| line_start + i)
+}
+
+/// The position of a byte offset in `source`.
+fn pos_in(source: &str, offset: usize) -> Pos {
+    let before = &source[..offset];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let to_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    match style {
-        Style::Plain if line_in_value == 0 => {
-            Pos { line: start.line, column: start.column + to_u32(column_in_line) }
+    Pos {
+        line: to_u32(before.matches('\n').count() + 1),
+        column: to_u32(before[line_start..].chars().count() + 1),
+    }
+}
+
+impl Checker<'_> {
+    /// Where byte `byte` of a scalar's value is in the file. Quoting, escapes, folding, block
+    /// indentation and line endings make value and file differ, so the value's text from
+    /// there (to the end of its line) is looked for in the scalar's own source, as its n-th
+    /// occurrence when the value has it n times before; where it cannot be found (an escape
+    /// inside it), the scalar's start, with an empty span. `len` is the length of what is
+    /// pointed at, when it is a name.
+    fn place_in_scalar(&self, node: &Node, value: &str, byte: usize, len: Option<usize>) -> Span {
+        let fallback = Span { start: node.span.start, end: node.span.start };
+        let rest = &value[byte.min(value.len())..];
+        let needle_end = rest.find('\n').unwrap_or(rest.len());
+        let mut needle = &rest[..needle_end];
+        if let Some(len) = len {
+            needle = &needle[..len.min(needle.len())];
+        } else if let Some((cut, _)) = needle.char_indices().nth(24) {
+            needle = &needle[..cut];
         }
-        // Escapes make the text longer in the file than in the value: `\` and `"` in double quotes,
-        // `''` in single quotes.
-        Style::DoubleQuoted if line_in_value == 0 && !value.contains(['\\', '"']) => {
-            Pos { line: start.line, column: start.column + 1 + to_u32(column_in_line) }
+        if needle.is_empty() {
+            return fallback;
         }
-        Style::SingleQuoted if line_in_value == 0 && !value.contains('\'') => {
-            Pos { line: start.line, column: start.column + 1 + to_u32(column_in_line) }
+        let Some(start) = offset_in(self.source, node.span.start) else { return fallback };
+        // A block scalar may end past the file's last line.
+        let end = offset_in(self.source, node.span.end).unwrap_or(self.source.len());
+        let Some(raw) = self.source.get(start..end.max(start)) else { return fallback };
+        let nth = value[..byte.min(value.len())].matches(needle).count();
+        match raw.match_indices(needle).nth(nth) {
+            Some((at, _)) => {
+                let begin = pos_in(self.source, start + at);
+                let end = if len.is_some() {
+                    pos_in(self.source, start + at + needle.len())
+                } else {
+                    begin
+                };
+                Span { start: begin, end }
+            }
+            None => fallback,
         }
-        // A literal block's content starts on the line after the `|`, indented by two more
-        // columns than the key in the conventional layout.
-        Style::Literal => Pos {
-            line: start.line + 1 + to_u32(line_in_value),
-            column: start.column + to_u32(column_in_line),
-        },
-        _ => start,
     }
 }
 

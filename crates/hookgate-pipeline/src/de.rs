@@ -124,15 +124,53 @@ pub struct Recovered {
 /// error (or tries the next stand-in for one), so this bounds the work a hostile file causes.
 const REPAIRS_MAX: usize = 512;
 
+/// What later, semantic checks of a repaired tree must not report again, because it only
+/// restates an error already reported (see `without_echoes` in lib.rs).
+#[derive(Debug, Default)]
+pub struct Echoes {
+    /// Exact spans of stand-ins and of the keys that hold them. Values added by a repair have
+    /// spans on line 0, which no file has, so anything located at them is an echo too.
+    pub spans: Vec<Span>,
+    /// Blocks whose kind was unknown and stood in for by a guess: nothing in them is checked
+    /// further, since every check would be of the guess.
+    pub regions: Vec<Span>,
+    /// `(span, field)`: a problem at the span (a mapping, or the key that holds it) that names
+    /// the field (a "missing field", "say where ...: `header` or ...") is explained by a
+    /// misspelt key already reported.
+    pub misspelt: Vec<(Span, &'static str)>,
+}
+
+impl Echoes {
+    /// Whether `diagnostic` only restates what was reported while deserializing.
+    pub fn restates(&self, diagnostic: &Diagnostic) -> bool {
+        let span = diagnostic.span;
+        span.start.line == 0
+            || self.spans.contains(&span)
+            || self.regions.iter().any(|r| r.start <= span.start && span.start <= r.end)
+            || self
+                .misspelt
+                .iter()
+                .any(|(at, name)| *at == span && diagnostic.message.contains(&format!("`{name}`")))
+    }
+}
+
+/// A repair made to the tree, remembered so that errors inside it are not reported.
+#[derive(Debug)]
+struct StandIn {
+    path: Vec<Step>,
+    /// Which of [`stand_in`]'s values is in place; `None` for a substituted variant name.
+    attempt: Option<usize>,
+}
+
 /// Deserializes `T` from `node`, reporting every problem in one pass.
 ///
 /// serde stops at the first hard error, so one run would show one error per file. Instead,
 /// each hard error is reported and then repaired in the tree (a wrong value replaced by a
-/// stand-in, an unknown variant by a known one, a missing field added), and deserialization
-/// runs again, until it succeeds. Stand-ins are tried in turn (null, a string, a number, a
-/// boolean, a mapping, a list) until one has the type serde wants; errors inside stand-ins are
-/// never reported. A missing field is not reported when an unknown key in the same mapping
-/// was probably meant to be it: the typo has already been reported.
+/// stand-in, an unknown variant by the closest known one, a missing field added), and
+/// deserialization runs again, until it succeeds. Stand-ins are tried in turn (null, a string,
+/// a number, a boolean, a mapping, a list) until one has the type serde wants; errors inside
+/// stand-ins are never reported. A missing field is not reported when an unknown key in the
+/// same mapping was probably meant to be it: the typo has already been reported.
 ///
 /// `node` is left repaired, so that later checks locate values in the tree the returned value
 /// came from. The value is returned even when errors were reported, so that the semantic
@@ -145,20 +183,19 @@ pub fn from_node<T: de::DeserializeOwned>(
     (value, diagnostics)
 }
 
-/// [`from_node`], also returning where stand-ins were put (each stand-in's position, and its
-/// key's when it is a mapping's value): later checks of those values only restate an error
-/// already reported, and are dropped.
+/// [`from_node`], also returning what later checks must not report again.
 pub fn from_node_repairing<T: de::DeserializeOwned>(
     file: &str,
     node: &mut Node,
-) -> (Option<T>, Vec<Diagnostic>, Vec<Pos>) {
+) -> (Option<T>, Vec<Diagnostic>, Echoes) {
     let mut diagnostics: Vec<Diagnostic> = Vec::new();
     let report = |diagnostic: Diagnostic, diagnostics: &mut Vec<Diagnostic>| {
         if !diagnostics.contains(&diagnostic) {
             diagnostics.push(diagnostic);
         }
     };
-    let mut stand_ins: Vec<(Vec<Step>, usize)> = Vec::new();
+    let mut stand_ins: Vec<StandIn> = Vec::new();
+    let mut echoes = Echoes::default();
     for _ in 0..REPAIRS_MAX {
         let recovered = Recovered {
             file: file.to_owned(),
@@ -172,17 +209,36 @@ pub fn from_node_repairing<T: de::DeserializeOwned>(
         }
         let error = match result {
             Ok(value) => {
-                let positions = stand_in_positions(node, &stand_ins);
-                return (Some(value), diagnostics, positions);
+                // Addresses are those of this last pass, which repaired nothing.
+                for (address, name) in misspelt {
+                    if let Some(path) = path_to(node, address) {
+                        for span in block_spans(node, &path) {
+                            echoes.misspelt.push((span, name));
+                        }
+                    }
+                }
+                for stand_in in &stand_ins {
+                    if let Some((Step::Value(i), parent)) = stand_in.path.split_last()
+                        && let Some(Node { value: Value::Map(entries), .. }) = node_at(node, parent)
+                        && let Some((key, _)) = entries.get(*i)
+                    {
+                        echoes.spans.push(key.span);
+                    }
+                }
+                return (Some(value), diagnostics, echoes);
             }
             Err(error) => error,
         };
         let (kind, address) = (error.kind.clone(), error.node);
         let Some(path) = address.and_then(|address| path_to(node, address)) else {
             report(error.into_diagnostic(file, node.span), &mut diagnostics);
-            return (None, diagnostics, Vec::new());
+            return (None, diagnostics, echoes);
         };
-        let inside_stand_in = stand_ins.iter().any(|(p, _)| path.starts_with(p));
+        // Inside a stand-in value nothing is the user's; a substituted variant name is the
+        // user's block with a corrected name, whose contents are still checked.
+        let inside_stand_in = stand_ins.iter().any(|s| {
+            path.starts_with(&s.path) && (s.attempt.is_some() || path.len() == s.path.len())
+        });
         let echo = match kind {
             ErrorKind::MissingField { name } => {
                 misspelt.iter().any(|&(map, meant)| Some(map) == address && meant == name)
@@ -190,30 +246,39 @@ pub fn from_node_repairing<T: de::DeserializeOwned>(
             _ => false,
         };
         if !inside_stand_in && !echo {
-            report(error.into_diagnostic(file, node.span), &mut diagnostics);
+            let mut diagnostic = error.into_diagnostic(file, node.span);
+            // A missing field is shown at the key of the block that lacks it.
+            if matches!(kind, ErrorKind::MissingField { .. })
+                && let Some(span) = block_spans(node, &path).into_iter().nth(1)
+            {
+                diagnostic.span = span;
+            }
+            report(diagnostic, &mut diagnostics);
         }
-        if !repair(node, &path, &kind, &mut stand_ins) {
-            return (None, diagnostics, Vec::new());
+        if !repair(node, &path, &kind, &mut stand_ins, &mut echoes) {
+            return (None, diagnostics, echoes);
         }
     }
-    (None, diagnostics, Vec::new())
+    let stopped = format!(
+        "stopped after {REPAIRS_MAX} repairs: too many problems to check in one run; fix these and run again"
+    );
+    report(Diagnostic::error(Code::Yaml, file, node.span, stopped), &mut diagnostics);
+    (None, diagnostics, echoes)
 }
 
-fn stand_in_positions(root: &mut Node, stand_ins: &[(Vec<Step>, usize)]) -> Vec<Pos> {
-    let mut positions = Vec::new();
-    for (path, _) in stand_ins {
-        if let Some(node) = node_at(root, path) {
-            positions.push(node.span.start);
-        }
-        if let Some((Step::Value(i), parent)) = path.split_last()
-            && let Some(parent) = node_at(root, parent)
-            && let Value::Map(entries) = &parent.value
-            && let Some((key, _)) = entries.get(*i)
-        {
-            positions.push(key.span.start);
-        }
+/// The span of the node at `path` and, when it is a mapping's value, of the key holding it.
+fn block_spans(root: &mut Node, path: &[Step]) -> Vec<Span> {
+    let mut spans = Vec::new();
+    if let Some(node) = node_at(root, path) {
+        spans.push(node.span);
     }
-    positions
+    if let Some((Step::Value(i), parent)) = path.split_last()
+        && let Some(Node { value: Value::Map(entries), .. }) = node_at(root, parent)
+        && let Some((key, _)) = entries.get(*i)
+    {
+        spans.push(key.span);
+    }
+    spans
 }
 
 /// One step from a node to a child: a mapping's value or key by entry index, a list's item.
@@ -270,70 +335,93 @@ fn stand_in(attempt: usize) -> Option<Value> {
     })
 }
 
+/// A span on line 0, which no file has: what is located at it was made by a repair.
+fn made_up(echoes: &Echoes) -> Span {
+    let pos = Pos { line: 0, column: u32::try_from(echoes.spans.len() + 1).unwrap_or(u32::MAX) };
+    Span { start: pos, end: pos }
+}
+
 /// Repairs the node at `path` so that the next pass gets past `kind`. False if it cannot.
 fn repair(
     root: &mut Node,
     path: &[Step],
     kind: &ErrorKind,
-    stand_ins: &mut Vec<(Vec<Step>, usize)>,
+    stand_ins: &mut Vec<StandIn>,
+    echoes: &mut Echoes,
 ) -> bool {
     if path.is_empty() {
         // The document itself has the wrong shape: there is nothing to go on with.
         return false;
     }
+    let made_up = made_up(echoes);
     let Some(node) = node_at(root, path) else { return false };
-    let span = node.span;
     match kind {
         ErrorKind::UnknownVariant { expected } => {
             let Some(first) = expected.first() else { return false };
-            let name = node.as_str().and_then(|n| did_you_mean(n, expected.iter().copied()));
+            let meant = node.as_str().and_then(|n| did_you_mean(n, expected.iter().copied()));
             node.value =
-                Value::Scalar { text: name.unwrap_or(first).to_owned(), style: Style::Plain };
-            // A key names the variant of its mapping: the whole mapping is now a stand-in.
-            let owner = match path.last() {
-                Some(Step::Key(_)) => path[..path.len() - 1].to_vec(),
-                _ => path.to_vec(),
-            };
-            if !stand_ins.iter().any(|(p, _)| *p == owner) {
-                stand_ins.push((owner, usize::MAX));
+                Value::Scalar { text: meant.unwrap_or(first).to_owned(), style: Style::Plain };
+            echoes.spans.push(node.span);
+            if !stand_ins.iter().any(|s| s.path == path) {
+                stand_ins.push(StandIn { path: path.to_vec(), attempt: None });
+            }
+            if meant.is_none() {
+                // A guess: the block whose kind it names is not checked further. A key names
+                // the variant of its own mapping; a value, of the mapping that holds it.
+                let block = &path[..path.len() - 1];
+                if !block.is_empty()
+                    && let Some(block) = node_at(root, block)
+                {
+                    echoes.regions.push(block.span);
+                }
             }
             true
         }
         ErrorKind::MissingField { name } => {
             let Value::Map(entries) = &mut node.value else { return false };
             let key = Node {
-                span,
+                span: made_up,
                 value: Value::Scalar { text: (*name).to_owned(), style: Style::Plain },
             };
-            entries.push((key, Node { span, value: Value::Null }));
+            entries.push((key, Node { span: made_up, value: Value::Null }));
             let mut field = path.to_vec();
             field.push(Step::Value(entries.len() - 1));
-            stand_ins.push((field, 0));
+            stand_ins.push(StandIn { path: field, attempt: Some(0) });
+            echoes.spans.push(made_up);
             true
         }
         ErrorKind::NeedsValue => {
             let Some(name) = node.as_str().map(str::to_owned) else { return false };
-            let key = Node { span, value: Value::Scalar { text: name, style: Style::Plain } };
-            node.value = Value::Map(vec![(key, Node { span, value: Value::Null })]);
+            let key =
+                Node { span: node.span, value: Value::Scalar { text: name, style: Style::Plain } };
+            node.value = Value::Map(vec![(key, Node { span: made_up, value: Value::Null })]);
             let mut value = path.to_vec();
             value.push(Step::Value(0));
-            stand_ins.push((value, 0));
+            stand_ins.push(StandIn { path: value, attempt: Some(0) });
+            echoes.spans.push(made_up);
             true
         }
         ErrorKind::Value => {
-            let attempt = match stand_ins.iter_mut().find(|(p, _)| p == path) {
-                Some((_, attempt)) => {
+            let attempt = match stand_ins.iter_mut().find(|s| s.path == path) {
+                Some(StandIn { attempt: Some(attempt), .. }) => {
                     *attempt = attempt.saturating_add(1);
                     *attempt
                 }
+                // A substituted variant name that is still wrong here: a value after all.
+                Some(stand_in) => {
+                    stand_in.attempt = Some(0);
+                    0
+                }
                 None => {
-                    stand_ins.push((path.to_vec(), 0));
+                    stand_ins.push(StandIn { path: path.to_vec(), attempt: Some(0) });
                     0
                 }
             };
             match stand_in(attempt) {
                 Some(value) => {
                     node.value = value;
+                    node.span = made_up;
+                    echoes.spans.push(made_up);
                     true
                 }
                 None => false,

@@ -154,17 +154,18 @@ impl fmt::Display for Diagnostic {
     }
 }
 
-/// The closest candidate to `name`, if it is close enough to be a likely typo.
+/// The closest candidate to `name`, if it is close enough to be a likely typo: similar by
+/// Jaro-Winkler, or one edit away (a transposition counts as one, so `kye` is `key`).
 pub fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
     candidates
         .into_iter()
-        .map(|c| (strsim::jaro_winkler(name, c), c))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, c)| c)
+        .map(|c| (strsim::jaro_winkler(name, c), strsim::damerau_levenshtein(name, c), c))
+        .filter(|(score, edits, _)| *score > 0.8 || (*edits <= 1 && name.chars().count() >= 3))
+        .min_by(|a, b| a.1.cmp(&b.1).then(b.0.total_cmp(&a.0)))
+        .map(|(_, _, c)| c)
 }
 
 /// A hint naming the likely intended candidate, or else listing them all.

@@ -346,13 +346,22 @@ impl CompiledPipeline {
     }
 
     /// Renders target `index` into a CRM write.
+    /// A target's external id as the write uses it: rendered and not blank (no label bound,
+    /// since it is not a key of ours but the CRM's value). Intake renders it for every due
+    /// target, so that a delivery whose record cannot be named is refused, not accepted and
+    /// dead-lettered.
+    pub fn render_record_id(&self, index: usize, ctx: &Context) -> Result<String, EvalError> {
+        let template = &self.targets[index].external_id_value;
+        let value = self.render(template, template, ctx)?;
+        if value.trim().is_empty() {
+            return Err(EvalError::Empty { what: template.clone() });
+        }
+        Ok(value)
+    }
+
     pub fn render_target(&self, index: usize, ctx: &Context) -> Result<Upsert, EvalError> {
         let target: &CompiledTarget = &self.targets[index];
-        let external_id_value =
-            self.render(&target.external_id_value, &target.external_id_value, ctx)?;
-        if external_id_value.trim().is_empty() {
-            return Err(EvalError::Empty { what: target.external_id_value.clone() });
-        }
+        let external_id_value = self.render_record_id(index, ctx)?;
         let mut fields = BTreeMap::new();
         for (field, template) in &target.fields {
             fields.insert(field.clone(), self.render(template, template, ctx)?);

@@ -36,11 +36,11 @@ use crate::yaml::Node;
 pub fn load_instances(file: &str, source: &str) -> (Option<Instances>, Vec<Diagnostic>) {
     let (doc, mut diagnostics) = yaml::parse(file, source);
     let Some(mut doc) = doc else { return (None, diagnostics) };
-    let (model, found, stand_ins) = de::from_node_repairing::<model::InstancesFile>(file, &mut doc);
+    let (model, found, echoes) = de::from_node_repairing::<model::InstancesFile>(file, &mut doc);
     diagnostics.extend(found);
     let Some(model) = model else { return (None, diagnostics) };
     let (instances, found) = check::check_instances(file, &doc, model);
-    diagnostics.extend(without_echoes(&diagnostics, &stand_ins, found));
+    diagnostics.extend(without_echoes(&echoes, found));
     diagnostics.sort_by_key(|d| d.pos());
     (Some(instances), diagnostics)
 }
@@ -54,32 +54,23 @@ pub fn load_pipeline(
 ) -> (Option<CompiledPipeline>, Vec<Diagnostic>) {
     let (doc, mut diagnostics) = yaml::parse(file, source);
     let Some(mut doc) = doc else { return (None, diagnostics) };
-    let (model, found, stand_ins) = de::from_node_repairing::<model::Pipeline>(file, &mut doc);
+    let (model, found, echoes) = de::from_node_repairing::<model::Pipeline>(file, &mut doc);
     diagnostics.extend(found);
     let Some(model) = model else { return (None, diagnostics) };
     // Unknown fields were skipped and wrong values stood in for, so that the rest could be
     // checked; the file is still wrong.
     let structurally_sound = !diagnostics.iter().any(Diagnostic::is_error);
-    let (compiled, found) = check::check_pipeline(file, &doc, model, instances);
-    diagnostics.extend(without_echoes(&diagnostics, &stand_ins, found));
+    let (compiled, found) = check::check_pipeline(file, source, &doc, model, instances);
+    diagnostics.extend(without_echoes(&echoes, found));
     diagnostics.sort_by_key(|d| d.pos());
     (compiled.filter(|_| structurally_sound), diagnostics)
 }
 
-/// The semantic `found` minus what only restates an earlier error: a check of a value that
-/// stood in for a wrong or missing one lands where that error was reported.
-fn without_echoes(
-    earlier: &[Diagnostic],
-    stand_ins: &[Pos],
-    found: Vec<Diagnostic>,
-) -> Vec<Diagnostic> {
-    let reported: std::collections::HashSet<Pos> = earlier
-        .iter()
-        .filter(|d| d.is_error())
-        .map(|d| d.pos())
-        .chain(stand_ins.iter().copied())
-        .collect();
-    found.into_iter().filter(|d| !reported.contains(&d.pos())).collect()
+/// The semantic `found` minus what only restates an error reported while deserializing: a
+/// check of a value that stood in for a wrong or missing one, of a block whose kind had to be
+/// guessed, or a missing field that a misspelt key explains.
+fn without_echoes(echoes: &de::Echoes, found: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    found.into_iter().filter(|d| !echoes.restates(d)).collect()
 }
 
 /// A parsed fixture and its document, so mismatches can be reported at their line.

@@ -57,6 +57,12 @@ impl Shape {
     }
 
     pub fn lookup(&self, path: &[String]) -> Lookup {
+        self.lookup_past(path, 0)
+    }
+
+    /// [`Shape::lookup`], where the first `known` segments are known to be there (a `when`
+    /// has tested them), so only the rest decide whether the field always is.
+    pub fn lookup_past(&self, path: &[String], known: usize) -> Lookup {
         let mut shape = self;
         let mut always = true;
         for (at, segment) in path.iter().enumerate() {
@@ -67,12 +73,12 @@ impl Shape {
                     if segment.parse::<usize>().is_err() {
                         return Lookup::Unknown { at, known: Vec::new() };
                     }
-                    always = false;
+                    always &= at < known;
                     shape = items;
                 }
                 Shape::Object { fields, closed } => match fields.get(segment) {
                     Some(field) => {
-                        always &= field.required;
+                        always &= field.required || at < known;
                         shape = &field.shape;
                     }
                     None if *closed => {
@@ -142,9 +148,30 @@ fn from_schema(root: &Value, schema: &Value, depth: usize) -> Shape {
                     .collect()
             })
             .unwrap_or_default();
-        let open = object.get("additionalProperties").is_some_and(|a| a != &Value::Bool(false))
-            || object.contains_key("patternProperties");
-        Some(Shape::Object { fields, closed: !open })
+        // Closed when the schema says so, or lists its properties and says nothing that could
+        // add more (JSON Schema itself leaves an object open unless told otherwise; a listed
+        // set of properties is how schemas for webhooks are written, and typos are what this
+        // is for).
+        let says_closed = object.get("additionalProperties") == Some(&Value::Bool(false))
+            || object.get("unevaluatedProperties") == Some(&Value::Bool(false));
+        let may_add = [
+            "additionalProperties",
+            "unevaluatedProperties",
+            "patternProperties",
+            "if",
+            "then",
+            "else",
+            "dependentSchemas",
+        ]
+        .iter()
+        .any(|keyword| object.contains_key(*keyword));
+        let closed = (says_closed && !object.contains_key("patternProperties"))
+            || (object.contains_key("properties") && !may_add);
+        if !closed && !object.contains_key("properties") {
+            Some(Shape::Any)
+        } else {
+            Some(Shape::Object { fields, closed })
+        }
     } else if is("array") || object.contains_key("items") {
         let items = object.get("items").map_or(Shape::Any, |s| from_schema(root, s, depth + 1));
         Some(Shape::Array(Box::new(items)))
@@ -255,6 +282,8 @@ fn merge(a: Shape, b: Shape) -> Shape {
 pub struct PayloadUse {
     /// `["data", "object", "email"]` for `payload.data.object.email` or `/data/object/email`.
     pub path: Vec<String>,
+    /// As written: `payload.data.object.email`, or the pointer `/data/object/email`.
+    pub shown: String,
     pub span: Span,
     /// The template or pointer it is in, by its place in the file: `targets[0].fields.email`.
     pub place: String,
@@ -262,16 +291,6 @@ pub struct PayloadUse {
     pub needed: bool,
     /// The template has its own fallback (`default`, `is defined`, an `if`).
     pub guarded: bool,
-}
-
-impl PayloadUse {
-    fn shown(&self) -> String {
-        if self.path.is_empty() {
-            "payload".to_owned()
-        } else {
-            format!("payload.{}", self.path.join("."))
-        }
-    }
 }
 
 /// Where a payload's shape came from, for what diagnostics say.
@@ -294,7 +313,7 @@ pub fn problems(
 ) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for using in uses {
-        match shape.lookup(&using.path) {
+        match shape.lookup_past(&using.path, known_by_when(using, uses)) {
             Lookup::Unknown { at, known } => {
                 let missing = &using.path[at];
                 let within = if at == 0 {
@@ -305,11 +324,11 @@ pub fn problems(
                 let message = match source {
                     ShapeSource::Declared => format!(
                         "`{}`: the payload schema has no `{missing}` in {within}",
-                        using.shown()
+                        using.shown
                     ),
                     ShapeSource::Fixtures => format!(
                         "`{}`: no fixture's payload has `{missing}` in {within}",
-                        using.shown()
+                        using.shown
                     ),
                 };
                 let hint = match did_you_mean(missing, known.iter().map(String::as_str)) {
@@ -327,13 +346,10 @@ pub fn problems(
                         .with_hint(hint),
                 );
             }
-            Lookup::Found { always: false }
-                if using.needed && !using.guarded && !guarded_by_when(using, uses) =>
-            {
+            Lookup::Found { always: false } if using.needed && !using.guarded => {
                 let message = format!(
                     "`{}` is needed by `{}`, but not every payload has it",
-                    using.shown(),
-                    using.place
+                    using.shown, using.place
                 );
                 let diagnostic = match source {
                     ShapeSource::Declared => {
@@ -345,7 +361,7 @@ pub fn problems(
                 };
                 let hint = format!(
                     "a delivery without it is refused (400): require it, add `| default(...)`, or limit the target with `when: {} is defined`",
-                    using.shown()
+                    using.shown
                 );
                 out.push(diagnostic.with_hint(hint));
             }
@@ -356,11 +372,16 @@ pub fn problems(
     out
 }
 
-/// A target's external id is guarded when its `when` condition reads the same field.
-fn guarded_by_when(using: &PayloadUse, uses: &[PayloadUse]) -> bool {
-    let Some(target) = using.place.strip_suffix(".external_id.value") else { return false };
+/// How much of a target's external id path its `when` condition reads, and so has tested
+/// (`when: payload.user is defined` guards `payload.user.email` as far as `user`).
+fn known_by_when(using: &PayloadUse, uses: &[PayloadUse]) -> usize {
+    let Some(target) = using.place.strip_suffix(".external_id.value") else { return 0 };
     let when = format!("{target}.when");
-    uses.iter().any(|u| u.place == when && u.path == using.path)
+    uses.iter()
+        .filter(|u| u.place == when && using.path.starts_with(&u.path))
+        .map(|u| u.path.len())
+        .max()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -406,6 +427,56 @@ mod tests {
             Lookup::Unknown { at: 0, known } => assert_eq!(known, ["data", "extra", "id", "tags"]),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn objects_are_open_unless_their_fields_are_listed_or_closed() {
+        let schema = json!({ "type": "object", "properties": {
+            "metadata": { "type": "object" },
+            "prefixed": { "type": "object", "additionalProperties": false, "patternProperties": { "^x-": {} } },
+            "closed": { "type": "object", "additionalProperties": false },
+            "conditional": { "type": "object", "properties": { "kind": {} }, "if": {}, "then": { "properties": { "only_a": {} } } }
+        } });
+        let shape = Shape::from_schema(&schema);
+        for open in ["metadata.plan", "prefixed.x-trace", "conditional.only_a", "conditional.kind"]
+        {
+            assert_eq!(shape.lookup(&path(open)), Lookup::Found { always: false }, "{open}");
+        }
+        assert!(matches!(shape.lookup(&path("closed.anything")), Lookup::Unknown { at: 1, .. }));
+    }
+
+    #[test]
+    fn a_when_that_tests_a_parent_guards_a_needed_field_below_it() {
+        let schema = json!({ "type": "object", "properties": {
+            "user": { "type": "object", "required": ["email"], "properties": { "email": {}, "phone": {} } }
+        } });
+        let shape = Shape::from_schema(&schema);
+        let at = Span::start();
+        let using = |path: &str, place: &str, needed| PayloadUse {
+            path: self::path(path),
+            shown: format!("payload.{path}"),
+            span: at,
+            place: place.to_owned(),
+            needed,
+            guarded: false,
+        };
+        let external_id = "targets[0].external_id.value";
+        let unguarded = [using("user.email", external_id, true)];
+        assert_eq!(
+            problems("p.yaml", &unguarded, &shape, ShapeSource::Declared)[0].code,
+            Code::UnguardedField
+        );
+        let when_user =
+            [using("user.email", external_id, true), using("user", "targets[0].when", false)];
+        assert!(problems("p.yaml", &when_user, &shape, ShapeSource::Declared).is_empty());
+        // `phone` may be missing even when `user` is there.
+        let phone =
+            [using("user.phone", external_id, true), using("user", "targets[0].when", false)];
+        assert_eq!(problems("p.yaml", &phone, &shape, ShapeSource::Declared).len(), 1);
+        // Another target's `when` guards nothing here.
+        let other =
+            [using("user.email", external_id, true), using("user", "targets[1].when", false)];
+        assert_eq!(problems("p.yaml", &other, &shape, ShapeSource::Fixtures).len(), 1);
     }
 
     #[test]

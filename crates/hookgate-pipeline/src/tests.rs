@@ -398,3 +398,16 @@ fn instances_report_every_mistake_and_where_a_duplicate_was_first_defined() {
         "{rendered:#?}"
     );
 }
+
+/// Windows line endings do not shift positions inside scalars.
+#[test]
+fn positions_hold_with_crlf_line_endings() {
+    let source = "name: p\r\nsignature:\r\n  scheme: hmac\r\n  header: X-Sig\r\n  secrets:\r\n    - env: S\r\nkey: body_sha256\r\ntargets:\r\n  - name: t\r\n    connector: crm\r\n    object: x\r\n    external_id:\r\n      field: id\r\n      value: |\r\n        id\r\n        {{ payload.id }\r\n";
+    let (_, diagnostics) = load_pipeline("p.yaml", source, None);
+    let rendered: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+    assert_eq!(rendered.len(), 1, "{rendered:#?}");
+    assert!(
+        rendered[0].starts_with("p.yaml:16:23: error[H0501]: template syntax error"),
+        "{rendered:#?}"
+    );
+}

@@ -125,27 +125,32 @@ pub fn load(options: &Options) -> Project {
     if let Some(instances) = &instances {
         references.extend(instances.secrets.iter().map(|(r, p)| (instances.file.as_str(), r, *p)));
     }
+    // Names a pipeline's fixtures supply: `check` runs those fixtures with them, so their
+    // absence from the environment is not worth a warning (a set but unusable value still is).
+    let mut supplied: HashSet<(String, String)> = HashSet::new();
     for loaded in &pipelines {
-        let supplied = match options.secrets {
-            SecretPolicy::Require => HashSet::new(),
-            SecretPolicy::Warn | SecretPolicy::Allow => fixture_secret_names(&loaded.path),
-        };
         references.extend(
-            loaded
-                .compiled
-                .secrets
-                .iter()
-                .filter(|(r, _)| {
-                    let (SecretRef::Env(name) | SecretRef::File(name)) = r;
-                    !supplied.contains(name)
-                })
-                .map(|(r, p)| (loaded.compiled.file.as_str(), r, *p)),
+            loaded.compiled.secrets.iter().map(|(r, p)| (loaded.compiled.file.as_str(), r, *p)),
         );
+        if options.secrets != SecretPolicy::Require {
+            for name in fixture_secret_names(&loaded.path) {
+                supplied.insert((loaded.compiled.file.clone(), name));
+            }
+        }
     }
     let unresolved: Vec<(&str, Pos, SecretError)> = references
         .into_iter()
         .filter_map(|(file, reference, pos)| {
-            options.resolver.resolve(reference).err().map(|error| (file, pos, error))
+            let (SecretRef::Env(name) | SecretRef::File(name)) = reference;
+            match options.resolver.resolve(reference) {
+                Err(SecretError::Unset(_))
+                    if supplied.contains(&(file.to_owned(), name.clone())) =>
+                {
+                    None
+                }
+                Err(error) => Some((file, pos, error)),
+                Ok(_) => None,
+            }
         })
         .collect();
     diagnostics.extend(secret_diagnostics(&unresolved, options.secrets));
@@ -176,17 +181,17 @@ pub fn load(options: &Options) -> Project {
     Project { instances, pipelines, diagnostics }
 }
 
-/// Unresolvable secrets: each an error when serving; for `check`, one warning that names them
-/// all, since CI rarely has production secrets and a warning per reference would bury the
-/// errors.
+/// Unresolvable secrets: each an error when serving. For `check`, CI rarely has production
+/// secrets, so the unset ones are one warning that names them all (a warning per reference
+/// would bury the errors); one that is set but empty or unreadable is a mistake in the
+/// environment, a warning of its own whatever the policy.
 fn secret_diagnostics(
     unresolved: &[(&str, Pos, SecretError)],
     policy: SecretPolicy,
 ) -> Vec<Diagnostic> {
     let span_at = |pos: Pos| Span { start: pos, end: pos };
-    match policy {
-        SecretPolicy::Allow => Vec::new(),
-        SecretPolicy::Require => unresolved
+    if policy == SecretPolicy::Require {
+        return unresolved
             .iter()
             .map(|(file, pos, error)| {
                 Diagnostic::error(Code::UnsetSecret, file, span_at(*pos), error.to_string())
@@ -194,25 +199,39 @@ fn secret_diagnostics(
                         "set it before starting; secrets are never written in configuration files",
                     )
             })
-            .collect(),
-        SecretPolicy::Warn => {
-            let Some((first_file, first_pos, _)) = unresolved.first() else { return Vec::new() };
-            let list: Vec<String> = unresolved
-                .iter()
-                .map(|(file, pos, error)| {
-                    format!("{} ({file}:{}:{})", error.subject(), pos.line, pos.column)
-                })
-                .collect();
-            let message = match unresolved {
-                [(_, _, error)] => error.to_string(),
-                _ => format!("{} secrets are not set: {}", unresolved.len(), list.join(", ")),
-            };
-            vec![
-                Diagnostic::warning(Code::UnsetSecret, first_file, span_at(*first_pos), message)
-                    .with_hint("`hookgate serve` refuses to start until they are set; `--allow-unset-secrets` silences this"),
-            ]
-        }
+            .collect();
     }
+    let (unset, wrong): (Vec<_>, Vec<_>) =
+        unresolved.iter().partition(|(_, _, error)| matches!(error, SecretError::Unset(_)));
+    let mut out: Vec<Diagnostic> = wrong
+        .iter()
+        .map(|(file, pos, error)| {
+            Diagnostic::warning(Code::UnsetSecret, file, span_at(*pos), error.to_string())
+                .with_hint("`hookgate serve` refuses to start until it can be read")
+        })
+        .collect();
+    if policy == SecretPolicy::Allow {
+        return out;
+    }
+    if let Some((first_file, first_pos, _)) = unset.first() {
+        let message = match unset.as_slice() {
+            [(_, _, error)] => error.to_string(),
+            _ => {
+                let list: Vec<String> = unset
+                    .iter()
+                    .map(|(file, pos, error)| {
+                        format!("{} ({file}:{}:{})", error.subject(), pos.line, pos.column)
+                    })
+                    .collect();
+                format!("{} secrets are not set: {}", unset.len(), list.join(", "))
+            }
+        };
+        out.push(
+            Diagnostic::warning(Code::UnsetSecret, first_file, span_at(*first_pos), message)
+                .with_hint("`hookgate serve` refuses to start until they are set; `--allow-unset-secrets` silences this"),
+        );
+    }
+    out
 }
 
 /// The secret names a pipeline's fixtures supply: `check` runs those fixtures with them, so the
@@ -287,13 +306,15 @@ impl Report {
 
     /// The last line: what was checked and what was found.
     pub fn summary(&self) -> String {
+        let count =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         let mut out = format!(
-            "checked {} pipelines and {} fixtures ({} failed): {} errors, {} warnings\n",
-            self.pipelines,
-            self.fixtures_run,
+            "checked {} and {} ({} failed): {}, {}\n",
+            count(self.pipelines, "pipeline", "pipelines"),
+            count(self.fixtures_run, "fixture", "fixtures"),
             self.fixtures_failed,
-            self.errors(),
-            self.warnings()
+            count(self.errors(), "error", "errors"),
+            count(self.warnings(), "warning", "warnings"),
         );
         if self.fixtures_blessed > 0 {
             let _ = writeln!(

@@ -116,6 +116,13 @@ pub fn json(report: &Report) -> String {
             "code": null,
             "message": error,
             "file": null,
+            "line": null,
+            "column": null,
+            "end_line": null,
+            "end_column": null,
+            "label": null,
+            "hint": null,
+            "related": [],
             "rendered": format!("error: {error}"),
         });
         let _ = writeln!(out, "{line}");
