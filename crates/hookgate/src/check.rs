@@ -143,7 +143,7 @@ pub fn load(options: &Options) -> Project {
         .filter_map(|(file, reference, pos)| {
             let (SecretRef::Env(name) | SecretRef::File(name)) = reference;
             match options.resolver.resolve(reference) {
-                Err(SecretError::Unset(_))
+                Err(SecretError::Unset(_) | SecretError::Missing(_))
                     if supplied.contains(&(file.to_owned(), name.clone())) =>
                 {
                     None
@@ -201,8 +201,9 @@ fn secret_diagnostics(
             })
             .collect();
     }
-    let (unset, wrong): (Vec<_>, Vec<_>) =
-        unresolved.iter().partition(|(_, _, error)| matches!(error, SecretError::Unset(_)));
+    let (unset, wrong): (Vec<_>, Vec<_>) = unresolved.iter().partition(|(_, _, error)| {
+        matches!(error, SecretError::Unset(_) | SecretError::Missing(_))
+    });
     let mut out: Vec<Diagnostic> = wrong
         .iter()
         .map(|(file, pos, error)| {
@@ -220,7 +221,12 @@ fn secret_diagnostics(
                 let list: Vec<String> = unset
                     .iter()
                     .map(|(file, pos, error)| {
-                        format!("{} ({file}:{}:{})", error.subject(), pos.line, pos.column)
+                        let missing = if matches!(error, SecretError::Missing(_)) {
+                            ", no such file"
+                        } else {
+                            ""
+                        };
+                        format!("{}{missing} ({file}:{}:{})", error.subject(), pos.line, pos.column)
                     })
                     .collect();
                 format!("{} secrets are not set: {}", unset.len(), list.join(", "))

@@ -13,6 +13,9 @@ const SECRET_FILE_BYTES_MAX: u64 = 64 * 1024;
 pub enum SecretError {
     #[error("{0} is not set")]
     Unset(String),
+    /// A secret file that does not exist: unset, as an environment variable can be.
+    #[error("{0} does not exist")]
+    Missing(String),
     #[error("{0} is empty")]
     Empty(String),
     #[error("{reference} cannot be read: {reason}")]
@@ -23,7 +26,9 @@ impl SecretError {
     /// The reference the error is about: `environment variable `X``.
     pub fn subject(&self) -> &str {
         match self {
-            SecretError::Unset(reference) | SecretError::Empty(reference) => reference,
+            SecretError::Unset(reference)
+            | SecretError::Missing(reference)
+            | SecretError::Empty(reference) => reference,
             SecretError::Unreadable { reference, .. } => reference,
         }
     }
@@ -63,6 +68,9 @@ pub fn resolve(reference: &SecretRef) -> Result<SecretBytes, SecretError> {
             Some(value) => value.into_encoded_bytes(),
         },
         SecretRef::File(path) => {
+            if !Path::new(path).exists() {
+                return Err(SecretError::Missing(reference.to_string()));
+            }
             let mut bytes = crate::files::read_bounded(Path::new(path), SECRET_FILE_BYTES_MAX)
                 .map_err(|d| SecretError::Unreadable {
                     reference: reference.to_string(),
