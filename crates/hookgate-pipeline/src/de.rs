@@ -123,6 +123,17 @@ pub struct Recovered {
 /// How many times one file may be repaired and deserialized again. Each repair fixes one
 /// error (or tries the next stand-in for one), so this bounds the work a hostile file causes.
 const REPAIRS_MAX: usize = 512;
+/// Nodes visited over all passes: a large file gets fewer repairs (at least 8), so that a
+/// megabyte of mistakes is reported in bounded time.
+const NODE_VISITS_MAX: usize = 5_000_000;
+
+fn node_count(node: &Node) -> usize {
+    1 + match &node.value {
+        Value::Map(entries) => entries.iter().map(|(k, v)| node_count(k) + node_count(v)).sum(),
+        Value::Seq(items) => items.iter().map(node_count).sum(),
+        _ => 0,
+    }
+}
 
 /// What later, semantic checks of a repaired tree must not report again, because it only
 /// restates an error already reported (see `without_echoes` in lib.rs).
@@ -196,7 +207,8 @@ pub fn from_node_repairing<T: de::DeserializeOwned>(
     };
     let mut stand_ins: Vec<StandIn> = Vec::new();
     let mut echoes = Echoes::default();
-    for _ in 0..REPAIRS_MAX {
+    let repairs_max = (NODE_VISITS_MAX / node_count(node).max(1)).clamp(8, REPAIRS_MAX);
+    for _ in 0..repairs_max {
         let recovered = Recovered {
             file: file.to_owned(),
             diagnostics: RefCell::default(),
@@ -260,7 +272,7 @@ pub fn from_node_repairing<T: de::DeserializeOwned>(
         }
     }
     let stopped = format!(
-        "stopped after {REPAIRS_MAX} repairs: too many problems to check in one run; fix these and run again"
+        "stopped after {repairs_max} repairs: too many problems to check in one run; fix these and run again"
     );
     report(Diagnostic::error(Code::Yaml, file, node.span, stopped), &mut diagnostics);
     (None, diagnostics, echoes)
