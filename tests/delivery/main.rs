@@ -136,6 +136,147 @@ async fn a_delivery_whose_record_cannot_be_named_is_refused_at_intake() {
     }
 }
 
+/// `hookgate events` as an operator scripts it: every command's `--json` parses back, pages
+/// follow their cursor to the end without a gap or a repeat, a wrong filter is an error that
+/// names the valid values, bodies are shown on request, and reading never creates or
+/// migrates a database.
+#[tokio::test]
+async fn operators_page_through_evidence_as_json_and_reading_creates_nothing() {
+    let hookgate = |url: &str, args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["events", "--database-url", url])
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), stdout, stderr)
+    };
+    let lines = |text: &str| -> Vec<serde_json::Value> {
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    };
+    for database in Database::both().await {
+        let backend = database.name();
+        // Before `serve` ever ran: no database (SQLite) or no schema (PostgreSQL), and reading
+        // twice proves the first read did not create or migrate one.
+        for _ in 0..2 {
+            let (code, _, stderr) = hookgate(database.url(), &["list"]);
+            assert_eq!(code, Some(1), "{backend}: {stderr}");
+            let expected =
+                if backend == "sqlite" { "no database at" } else { "not a hookgate database" };
+            assert!(stderr.contains(expected), "{backend}: {stderr}");
+        }
+
+        let crm = Crm::new(serde_json::json!({}));
+        let server = server(&database, &crm).start();
+        let client = client();
+        let mut accepted = Vec::new();
+        for i in 0..7 {
+            // DEL is allowed raw inside a JSON string, and must not reach a terminal raw.
+            let body = format!(
+                "{{\"id\":\"o-{i}\",\"customer\":\"C-{i}\",\"seq\":1,\"status\":\"paid\u{7f}\"}}"
+            );
+            let response = order_raw(body.as_bytes()).send(&client, &server).await;
+            assert_eq!(response.status(), StatusCode::ACCEPTED, "{backend}");
+            let answer: serde_json::Value = response.json().await.unwrap();
+            accepted.push(answer["event_id"].as_i64().unwrap());
+        }
+        let refused = order_raw(b"not json").send(&client, &server).await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+
+        // Pages of 3, newest first, followed to the end through the cursor.
+        let mut seen = Vec::new();
+        let mut after: Option<i64> = None;
+        loop {
+            let mut args = vec!["list".to_owned(), "--limit".into(), "3".into(), "--json".into()];
+            if let Some(after) = after {
+                args.extend(["--after".to_owned(), after.to_string()]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (code, stdout, stderr) = hookgate(database.url(), &args);
+            assert_eq!(code, Some(0), "{backend}: {stderr}");
+            let page = lines(&stdout);
+            after = page.last().and_then(|l| l["more"]["after"].as_i64());
+            let events: Vec<&serde_json::Value> =
+                page.iter().filter(|l| l.get("more").is_none()).collect();
+            for event in &events {
+                assert_eq!(event["pipeline"], "orders");
+                assert!(event["received_at"].as_str().unwrap().ends_with('Z'), "{event}");
+                seen.push(event["id"].as_i64().unwrap());
+            }
+            assert!(events.len() <= 3);
+            if after.is_none() {
+                break;
+            }
+        }
+        let mut newest_first = accepted.clone();
+        newest_first.reverse();
+        assert_eq!(seen, newest_first, "{backend}: every event once, newest first");
+        let (_, human, _) = hookgate(database.url(), &["list", "--limit", "3"]);
+        assert!(human.contains("more: add `--after "), "{backend}: {human}");
+
+        // Wrong filters name what is valid.
+        let (code, _, stderr) = hookgate(database.url(), &["list", "--state", "finished"]);
+        assert_eq!(code, Some(1));
+        assert!(
+            stderr.contains("unknown state `finished`: one of accepted, done, dead"),
+            "{stderr}"
+        );
+        let (code, _, stderr) = hookgate(database.url(), &["list", "--pipeline", "order"]);
+        assert_eq!(code, Some(1));
+        assert!(
+            stderr.contains("no events or deliveries of pipeline `order`; the store has: orders"),
+            "{stderr}"
+        );
+        let (code, _, stderr) = hookgate(database.url(), &["list", "--limit", "0"]);
+        assert_eq!(code, Some(1), "{stderr}");
+
+        // Refused deliveries, with their reason.
+        let (_, stdout, _) = hookgate(database.url(), &["rejected", "--json"]);
+        let rejected = lines(&stdout);
+        assert_eq!(rejected.len(), 1, "{backend}: {stdout}");
+        assert!(rejected[0]["reason"].as_str().unwrap().contains("not valid JSON"), "{stdout}");
+        assert_eq!(rejected[0]["body_bytes"], 8);
+
+        // One event's story with its body: JSON keeps the text, the human form escapes it.
+        let id = accepted[0].to_string();
+        let (_, stdout, _) = hookgate(database.url(), &["show", &id, "--body", "--json"]);
+        let story = &lines(&stdout)[0];
+        assert_eq!(story["id"], accepted[0]);
+        assert_eq!(story["writes"][0]["target"], "customer");
+        assert!(story["body"]["text"].as_str().unwrap().contains("\"o-0\""), "{story}");
+        assert_eq!(story["body"]["truncated"], false);
+        let (_, stdout, _) = hookgate(database.url(), &["show", &id, "--body"]);
+        assert!(stdout.contains("body (") && stdout.contains("\"id\":\"o-0\""), "{stdout}");
+        assert!(!stdout.contains('\u{7f}'), "control characters are escaped: {stdout:?}");
+
+        // The mock CRM's effect log, both ways.
+        let store = database.store().await;
+        drained(&store).await;
+        store.close().await;
+        let crm_command = |json: bool| {
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"));
+            command.args(["crm", "--instances"]).arg(crm.instances()).arg("effects");
+            if json {
+                command.arg("--json");
+            }
+            String::from_utf8_lossy(&command.output().unwrap().stdout).into_owned()
+        };
+        let effects = lines(&crm_command(true));
+        assert_eq!(effects.len(), 7, "{backend}");
+        assert!(effects.iter().all(|e| e["created"] == true && e["object"] == "customers"));
+        let human = crm_command(false);
+        assert!(
+            human.ends_with("7 effects\n") && human.contains("created customers=C-0"),
+            "{human}"
+        );
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
 #[tokio::test]
 async fn transient_failures_are_retried_until_success() {
     for database in Database::both().await {

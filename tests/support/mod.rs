@@ -302,6 +302,16 @@ pub fn order(id: &str, customer: &str, seq: u64, status: &str) -> Delivery {
     }
 }
 
+/// Any body, signed for the `orders` pipeline of the delivery tests.
+pub fn order_raw(body: &[u8]) -> Delivery {
+    let signature = format!("sha256={}", hex_hmac(ORDERS_SECRET, body));
+    Delivery {
+        pipeline: "orders",
+        headers: vec![("X-Signature".into(), signature)],
+        body: body.to_vec(),
+    }
+}
+
 /// A Shopify customer webhook for the shipped `shopify` pipeline.
 pub fn shopify_customer(
     webhook_id: &str,

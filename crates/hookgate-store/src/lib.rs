@@ -44,6 +44,12 @@ pub enum StoreError {
     Migration(#[from] sqlx::migrate::MigrateError),
     #[error("unsupported database URL `{0}`: use sqlite://PATH or postgres://...")]
     UnsupportedUrl(String),
+    /// Operators' commands never create a database: a mistyped path is an error.
+    #[error("no database at {0}: `hookgate serve` creates it; check the path")]
+    NoDatabase(String),
+    /// The database exists but is not (or not yet, or no longer) one this binary can read.
+    #[error("{0}")]
+    Schema(String),
 }
 
 impl StoreError {
@@ -241,6 +247,8 @@ pub const REPEATED_DELIVERIES_KEPT: i64 = 20;
 /// dead-lettered. An event with no item to do is `done` at once.
 pub const EVENT_STATE_ACCEPTED: &str = "accepted";
 pub const EVENT_STATE_DONE: &str = "done";
+/// Every state an event can be in, for validating filters.
+pub const EVENT_STATES: &[&str] = &[EVENT_STATE_ACCEPTED, EVENT_STATE_DONE, state::DEAD];
 
 /// Which events to list.
 #[derive(Debug, Clone, Default)]
@@ -248,7 +256,18 @@ pub struct EventFilter {
     pub pipeline: Option<String>,
     pub state: Option<String>,
     pub since_ms: Option<i64>,
+    /// A cursor: only events older than this id (the last one a page showed).
+    pub before_id: Option<i64>,
     pub limit: i64,
+}
+
+/// How [`Store::open_existing`] uses the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reading evidence: no statement can change anything.
+    ReadOnly,
+    /// Operators' writes (replay), to a database that must already exist and be migrated.
+    ReadWrite,
 }
 
 impl Store {
@@ -291,6 +310,121 @@ impl Store {
             return Err(StoreError::UnsupportedUrl(url.to_owned()));
         };
         Ok(store)
+    }
+
+    /// Opens a database that `serve` created, for operators' commands: never creates it,
+    /// never migrates it, and with [`Access::ReadOnly`] cannot write (SQLite opened read-only,
+    /// PostgreSQL sessions whose transactions are read-only). A database whose schema is not
+    /// exactly what this binary's migrations make is refused with what to do.
+    pub async fn open_existing(url: &str, options: &StoreOptions, access: Access) -> Result<Store> {
+        let read_only = access == Access::ReadOnly;
+        let store = if url.starts_with("sqlite:") {
+            let connect = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(false)
+                .busy_timeout(Duration::from_secs(5))
+                .foreign_keys(true)
+                .disable_statement_logging();
+            let path = connect.get_filename().to_owned();
+            if !path.is_file() {
+                return Err(StoreError::NoDatabase(path.display().to_string()));
+            }
+            let connect = if read_only { connect.read_only(true) } else { connect };
+            let reader = SqlitePoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect)
+                .await?;
+            Store::Sqlite { writer: reader.clone(), reader }
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let mut connect = PgConnectOptions::from_str(url)?.disable_statement_logging();
+            if read_only {
+                connect = connect.options([("default_transaction_read_only", "on")]);
+            }
+            let pool = PgPoolOptions::new()
+                .max_connections(2)
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect)
+                .await?;
+            Store::Postgres(pool)
+        } else {
+            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        };
+        store.check_schema().await?;
+        Ok(store)
+    }
+
+    /// Whether the database's applied migrations are exactly this binary's.
+    async fn check_schema(&self) -> Result<()> {
+        let (migrator, table): (&sqlx::migrate::Migrator, Option<String>) = match self {
+            Store::Sqlite { reader, .. } => (
+                &SQLITE_MIGRATIONS,
+                sqlx::query_scalar(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+                )
+                .fetch_optional(reader)
+                .await?,
+            ),
+            Store::Postgres(pool) => (
+                &POSTGRES_MIGRATIONS,
+                sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
+                    .fetch_one(pool)
+                    .await?,
+            ),
+        };
+        if table.is_none() {
+            return Err(StoreError::Schema(
+                "not a hookgate database (it has no schema): `hookgate serve` creates one".into(),
+            ));
+        }
+        let applied: Vec<i64> = read_on_both!(self, pool => {
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+                .fetch_all(pool)
+                .await?
+        });
+        let known: Vec<i64> = migrator.iter().map(|m| m.version).collect();
+        if let Some(newer) = applied.iter().find(|v| !known.contains(v)) {
+            return Err(StoreError::Schema(format!(
+                "the database has migration {newer}, which this hookgate does not know: use a newer hookgate"
+            )));
+        }
+        if let Some(missing) = known.iter().find(|v| !applied.contains(v)) {
+            return Err(StoreError::Schema(format!(
+                "the database lacks migration {missing}: start this version's `hookgate serve` once to migrate it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every pipeline the store has events or deliveries of, sorted.
+    pub async fn pipelines(&self) -> Result<Vec<String>> {
+        read_on_both!(self, pool => {
+            Ok(sqlx::query_scalar(
+                "SELECT pipeline FROM events UNION SELECT pipeline FROM deliveries ORDER BY 1",
+            )
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    /// Refused deliveries (signed correctly, then rejected), newest first, after a cursor.
+    pub async fn rejected_deliveries(
+        &self,
+        pipeline: Option<&str>,
+        before_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<DeliveryRecord>> {
+        read_on_both!(self, pool => {
+            let rows = sqlx::query(&format!(
+                "{DELIVERY_COLUMNS} WHERE outcome = 'rejected' AND ($1 IS NULL OR pipeline = $1) \
+                 AND id < $2 ORDER BY id DESC LIMIT $3"
+            ))
+            .bind(pipeline)
+            .bind(before_id.unwrap_or(i64::MAX))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+            rows.iter().map(delivery_from_row).collect()
+        })
     }
 
     pub fn backend(&self) -> &'static str {
@@ -487,11 +621,12 @@ impl Store {
         read_on_both!(self, pool => {
             let rows = sqlx::query(&format!(
                 "{EVENT_COLUMNS} WHERE ($1 IS NULL OR pipeline = $1) AND ($2 IS NULL OR state = $2) \
-                 AND received_at_ms >= $3 ORDER BY id DESC LIMIT $4"
+                 AND received_at_ms >= $3 AND id < $4 ORDER BY id DESC LIMIT $5"
             ))
             .bind(&filter.pipeline)
             .bind(&filter.state)
             .bind(filter.since_ms.unwrap_or(0))
+            .bind(filter.before_id.unwrap_or(i64::MAX))
             .bind(filter.limit)
             .fetch_all(pool)
             .await?;

@@ -110,3 +110,56 @@ pub async fn mock(instances: &Instances, name: &str) -> Result<MockCrm> {
     }
     Ok(MockCrm::from_settings(&instance.settings).await?)
 }
+
+/// A mock CRM's records: a table, or one JSON object per line.
+pub fn records_text(records: &[hookgate_connector_mock::MockRecord], json: bool) -> Result<String> {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if json {
+        for record in records {
+            let _ = writeln!(out, "{}", serde_json::to_string(record)?);
+        }
+        return Ok(out);
+    }
+    let _ = writeln!(out, "{:<16}  {:<14}  {:<24}  FIELDS", "OBJECT", "RECORD", "EXTERNAL ID");
+    for record in records {
+        let fields: Vec<String> = record.fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(
+            out,
+            "{:<16}  {:<14}  {:<24}  {}",
+            record.object,
+            record.record_id,
+            format!("{}={}", record.external_id_field, record.external_id_value),
+            hookgate_pipeline::evaluate::printable(&fields.join(" "), 2048)
+        );
+    }
+    let _ = writeln!(out, "{} records", records.len());
+    Ok(out)
+}
+
+/// A mock CRM's effect log: one line per applied write, or one JSON object per line.
+pub fn effects_text(effects: &[hookgate_connector_mock::Effect], json: bool) -> Result<String> {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if json {
+        for effect in effects {
+            let _ = writeln!(out, "{}", serde_json::to_string(effect)?);
+        }
+        return Ok(out);
+    }
+    for effect in effects {
+        let _ = writeln!(
+            out,
+            "#{:<6} {}  {} {}={}  {}  key {}",
+            effect.id,
+            crate::events::timestamp(effect.applied_at_ms),
+            if effect.created { "created" } else { "updated" },
+            effect.object,
+            effect.external_id_value,
+            effect.record_id,
+            effect.idempotency_key
+        );
+    }
+    let _ = writeln!(out, "{} effects", effects.len());
+    Ok(out)
+}

@@ -1,11 +1,16 @@
 //! `hookgate events`: the evidence, for operators asking "what happened to event X?".
+//!
+//! Every command has a human form and a `--json` form: one JSON object per line, whose fields
+//! are documented in the README and only ever added to.
 
 use std::fmt::Write as _;
 
 use anyhow::{Result, bail};
+use base64::Engine as _;
 use hookgate_engine::now_ms;
 use hookgate_pipeline::evaluate::printable;
-use hookgate_store::{EventFilter, EventRecord, Store};
+use hookgate_store::{DeliveryRecord, EVENT_STATES, EventFilter, EventRecord, Store};
+use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -13,6 +18,10 @@ use time::format_description::well_known::Rfc3339;
 const ID_CHARS_MAX: usize = 200;
 /// Longer sender text (errors, the CRM's answers) up to this many.
 const TEXT_CHARS_MAX: usize = 2048;
+/// A stored body is shown up to this many bytes (`--body`).
+pub const BODY_BYTES_SHOWN_MAX: usize = 64 * 1024;
+/// A page of a list holds at most this many rows.
+pub const PAGE_MAX: i64 = 1000;
 
 /// Sender text as shown: control characters escaped, so that a key cannot drive the terminal.
 fn shown(text: &str) -> String {
@@ -27,35 +36,242 @@ pub fn timestamp(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
-/// One line per event, newest first.
-pub async fn list(store: &Store, filter: &EventFilter) -> Result<String> {
-    let events = store.list_events(filter).await?;
+/// Checks a list's filters against what the store can have: an unknown state or a pipeline
+/// the store has never seen is an error that names the valid ones, not an empty list.
+pub async fn check_filters(
+    store: &Store,
+    pipeline: Option<&str>,
+    state: Option<&str>,
+    limit: i64,
+) -> Result<()> {
+    if let Some(state) = state
+        && !EVENT_STATES.contains(&state)
+    {
+        bail!("unknown state `{state}`: one of {}", EVENT_STATES.join(", "));
+    }
+    if !(1..=PAGE_MAX).contains(&limit) {
+        bail!("--limit {limit}: a page holds 1 to {PAGE_MAX} rows; use --after for the next");
+    }
+    if let Some(pipeline) = pipeline {
+        let known = store.pipelines().await?;
+        if !known.iter().any(|p| p == pipeline) {
+            if known.is_empty() {
+                bail!("no pipeline `{pipeline}`: the store has no events or deliveries yet");
+            }
+            bail!(
+                "no events or deliveries of pipeline `{pipeline}`; the store has: {}",
+                known.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+fn event_json(event: &EventRecord) -> Value {
+    json!({
+        "id": event.id,
+        "pipeline": event.pipeline,
+        "scope": event.scope,
+        "key": event.key,
+        "type": event.event_type,
+        "received_at": timestamp(event.received_at_ms),
+        "state": event.state,
+        "deliveries": event.delivery_count,
+        "conflicts": event.conflict_count,
+        "fingerprint": event.fingerprint,
+    })
+}
+
+/// A body as JSON: its text when it is UTF-8, else base64; cut at [`BODY_BYTES_SHOWN_MAX`].
+fn body_json(body: &[u8]) -> Value {
+    let shown = &body[..body.len().min(BODY_BYTES_SHOWN_MAX)];
+    let (text, encoding) = match std::str::from_utf8(shown) {
+        Ok(text) => (text.to_owned(), "utf-8"),
+        Err(_) => (base64::engine::general_purpose::STANDARD.encode(shown), "base64"),
+    };
+    json!({ "bytes": body.len(), "truncated": body.len() > shown.len(), "encoding": encoding, "text": text })
+}
+
+/// A body for a terminal: escaped, cut at [`BODY_BYTES_SHOWN_MAX`].
+fn body_text(body: &[u8]) -> String {
+    let shown = &body[..body.len().min(BODY_BYTES_SHOWN_MAX)];
+    let text = printable(&String::from_utf8_lossy(shown), BODY_BYTES_SHOWN_MAX);
+    let cut = if body.len() > shown.len() {
+        format!("\n  (cut: {} of {} bytes shown)", shown.len(), body.len())
+    } else {
+        String::new()
+    };
+    format!("body ({} bytes)\n  {text}{cut}\n", body.len())
+}
+
+/// The "more" line of a page: in the human form a hint with the next command's cursor, in
+/// JSON an object `{"more": {"after": ID}}`.
+fn more(out: &mut String, json: bool, page_full: bool, last_id: Option<i64>) {
+    let (true, Some(last)) = (page_full, last_id) else { return };
+    if json {
+        let _ = writeln!(out, "{}", json!({ "more": { "after": last } }));
+    } else {
+        let _ = writeln!(out, "more: add `--after {last}` for the next page");
+    }
+}
+
+/// Events, newest first, one page.
+pub async fn list(store: &Store, filter: &EventFilter, json: bool) -> Result<String> {
+    // One more than the page, to know whether there is more.
+    let mut events =
+        store.list_events(&EventFilter { limit: filter.limit + 1, ..filter.clone() }).await?;
+    let page_full = events.len() > usize::try_from(filter.limit).unwrap_or(0);
+    events.truncate(usize::try_from(filter.limit).unwrap_or(0));
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:>8}  {:<24}  {:<18}  {:<10}  {:>10}  KEY",
-        "ID", "RECEIVED", "PIPELINE", "STATE", "DELIVERIES"
-    );
-    for event in &events {
+    if json {
+        for event in &events {
+            let _ = writeln!(out, "{}", event_json(event));
+        }
+    } else {
         let _ = writeln!(
             out,
-            "{:>8}  {:<24}  {:<18}  {:<10}  {:>10}  {}",
-            event.id,
-            timestamp(event.received_at_ms),
-            event.pipeline,
-            event.state,
-            event.delivery_count,
-            shown(&event.key)
+            "{:>8}  {:<24}  {:<18}  {:<10}  {:>10}  KEY",
+            "ID", "RECEIVED", "PIPELINE", "STATE", "DELIVERIES"
         );
+        for event in &events {
+            let _ = writeln!(
+                out,
+                "{:>8}  {:<24}  {:<18}  {:<10}  {:>10}  {}",
+                event.id,
+                timestamp(event.received_at_ms),
+                event.pipeline,
+                event.state,
+                event.delivery_count,
+                shown(&event.key)
+            );
+        }
+        let _ = writeln!(out, "{} events", events.len());
     }
-    let _ = writeln!(out, "{} events", events.len());
+    more(&mut out, json, page_full, events.last().map(|e| e.id));
     Ok(out)
 }
 
-/// The whole story of one event: receipt, identity, every delivery, every item and attempt.
-pub async fn show(store: &Store, id: i64) -> Result<String> {
+/// Refused deliveries (signed correctly, then rejected), newest first, one page.
+pub async fn rejected(
+    store: &Store,
+    pipeline: Option<&str>,
+    before_id: Option<i64>,
+    limit: i64,
+    json: bool,
+) -> Result<String> {
+    let mut rows = store.rejected_deliveries(pipeline, before_id, limit + 1).await?;
+    let page_full = rows.len() > usize::try_from(limit).unwrap_or(0);
+    rows.truncate(usize::try_from(limit).unwrap_or(0));
+    let mut out = String::new();
+    if json {
+        for row in &rows {
+            let _ = writeln!(out, "{}", rejected_json(row));
+        }
+    } else {
+        let _ = writeln!(out, "{:>8}  {:<24}  {:<18}  REASON", "ID", "RECEIVED", "PIPELINE");
+        for row in &rows {
+            let _ = writeln!(
+                out,
+                "{:>8}  {:<24}  {:<18}  {}",
+                row.id,
+                timestamp(row.received_at_ms),
+                row.pipeline,
+                printable(row.reason.as_deref().unwrap_or("-"), TEXT_CHARS_MAX)
+            );
+        }
+        let _ = writeln!(out, "{} rejected deliveries", rows.len());
+    }
+    more(&mut out, json, page_full, rows.last().map(|r| r.id));
+    Ok(out)
+}
+
+fn rejected_json(row: &DeliveryRecord) -> Value {
+    json!({
+        "id": row.id,
+        "pipeline": row.pipeline,
+        "received_at": timestamp(row.received_at_ms),
+        "reason": row.reason,
+        "body_bytes": row.body.as_ref().map(Vec::len),
+    })
+}
+
+/// The whole story of one event: receipt, identity, every delivery, every item and attempt;
+/// with `body`, the stored body too.
+pub async fn show(store: &Store, id: i64, body: bool, json: bool) -> Result<String> {
     let Some(event) = store.event(id).await? else { bail!("no event {id}") };
-    story(store, &event).await
+    if json {
+        return story_json(store, &event, body).await;
+    }
+    let mut out = story(store, &event).await?;
+    if body {
+        out.push_str(&body_text(&event.body));
+    }
+    Ok(out)
+}
+
+async fn story_json(store: &Store, event: &EventRecord, body: bool) -> Result<String> {
+    let mut object = event_json(event);
+    let deliveries: Vec<Value> = store
+        .deliveries_for(event.id)
+        .await?
+        .iter()
+        .map(|d| {
+            json!({
+                "id": d.id,
+                "received_at": timestamp(d.received_at_ms),
+                "outcome": d.outcome,
+                "fingerprint": d.fingerprint,
+                "body_bytes": d.body.as_ref().map(Vec::len),
+            })
+        })
+        .collect();
+    let items = store.outbox_for(event.id).await?;
+    let writes: Vec<Value> = items
+        .iter()
+        .map(|i| {
+            json!({
+                "id": i.id,
+                "target": i.target,
+                "entity": i.entity,
+                "version": i.version_text.as_deref().or(i.version.as_deref()),
+                "state": i.state,
+                "attempts": i.attempts,
+                "in_doubt": i.in_doubt,
+                "record_id": i.record_id,
+                "last_error": i.last_error,
+            })
+        })
+        .collect();
+    let attempts: Vec<Value> = store
+        .attempts_for(event.id)
+        .await?
+        .iter()
+        .map(|a| {
+            json!({
+                "write": a.outbox_id,
+                "target": items.iter().find(|i| i.id == a.outbox_id).map(|i| i.target.as_str()),
+                "attempt": a.attempt,
+                "started_at": timestamp(a.started_at_ms),
+                "duration_ms": a.finished_at_ms.map(|end| end - a.started_at_ms),
+                "action": a.action,
+                "outcome": a.outcome,
+                "status": a.status,
+                "error": a.error,
+                "answer": a.excerpt,
+                "meta": a.meta,
+                "worker": a.worker,
+            })
+        })
+        .collect();
+    if let Value::Object(map) = &mut object {
+        map.insert("delivery_list".into(), deliveries.into());
+        map.insert("writes".into(), writes.into());
+        map.insert("attempts".into(), attempts.into());
+        if body {
+            map.insert("body".into(), body_json(&event.body));
+        }
+    }
+    Ok(format!("{object}\n"))
 }
 
 pub async fn story(store: &Store, event: &EventRecord) -> Result<String> {
@@ -149,22 +365,33 @@ pub async fn story(store: &Store, event: &EventRecord) -> Result<String> {
 }
 
 /// Replays one event's dead writes.
-pub async fn replay(store: &Store, id: i64) -> Result<String> {
+pub async fn replay(store: &Store, id: i64, json: bool) -> Result<String> {
     if store.event(id).await?.is_none() {
         bail!("no event {id}");
     }
     let replayed = store.replay_event(id, now_ms()).await?;
-    Ok(format!("event {id}: {replayed} dead writes queued again\n"))
+    Ok(if json {
+        format!("{}\n", json!({ "event": id, "queued": replayed }))
+    } else {
+        format!("event {id}: {replayed} dead writes queued again\n")
+    })
 }
 
 /// Replays every dead-lettered event, optionally of one pipeline.
-pub async fn replay_dead(store: &Store, pipeline: Option<&str>) -> Result<String> {
+pub async fn replay_dead(store: &Store, pipeline: Option<&str>, json: bool) -> Result<String> {
     let mut out = String::new();
     let mut total = 0;
     for id in store.dead_events(pipeline).await? {
-        total += store.replay_event(id, now_ms()).await?;
-        let _ = writeln!(out, "event {id}: queued again");
+        let queued = store.replay_event(id, now_ms()).await?;
+        total += queued;
+        if json {
+            let _ = writeln!(out, "{}", json!({ "event": id, "queued": queued }));
+        } else {
+            let _ = writeln!(out, "event {id}: queued again");
+        }
     }
-    let _ = writeln!(out, "{total} dead writes queued again");
+    if !json {
+        let _ = writeln!(out, "{total} dead writes queued again");
+    }
     Ok(out)
 }

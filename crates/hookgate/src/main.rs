@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 use hookgate::check::{self, Options, SecretPolicy};
 use hookgate::demo::{self, DemoOptions};
@@ -15,7 +15,7 @@ use hookgate::{connectors, events};
 use hookgate_engine::{WorkerConfig, now_ms};
 use hookgate_pipeline::Code;
 use hookgate_server::ServerConfig;
-use hookgate_store::{EventFilter, StoreOptions};
+use hookgate_store::{Access, EventFilter, Store, StoreOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -161,8 +161,9 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum EventsCommand {
-    /// Events, newest first.
+    /// Events, newest first, a page at a time.
     List {
+        /// Only this pipeline's (one the store has events or deliveries of).
         #[arg(long)]
         pipeline: Option<String>,
         /// accepted (writes to do), done, or dead.
@@ -171,11 +172,39 @@ enum EventsCommand {
         /// Only events received in this last period, e.g. `1h` or `7d`.
         #[arg(long, value_parser = humantime_duration)]
         since: Option<Duration>,
+        /// Rows per page, 1 to 1000.
         #[arg(long, default_value_t = 50)]
         limit: i64,
+        /// The next page: events older than this id (the last one shown).
+        #[arg(long)]
+        after: Option<i64>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
     },
     /// The whole story of one event: receipt, identity, deliveries, writes and attempts.
-    Show { id: i64 },
+    Show {
+        id: i64,
+        /// Also the stored body (escaped, at most 64 KiB).
+        #[arg(long)]
+        body: bool,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deliveries signed correctly but refused (not JSON, no key, ...), with the reason.
+    Rejected {
+        #[arg(long)]
+        pipeline: Option<String>,
+        /// Rows per page, 1 to 1000.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// The next page: deliveries older than this id.
+        #[arg(long)]
+        after: Option<i64>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Queue an event's dead writes again; with `--dead`, every dead-lettered event.
     Replay {
         id: Option<i64>,
@@ -184,6 +213,8 @@ enum EventsCommand {
         /// With `--dead`: only this pipeline.
         #[arg(long, requires = "dead")]
         pipeline: Option<String>,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -193,9 +224,16 @@ enum CrmCommand {
     Records {
         #[arg(long)]
         object: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
     },
     /// Every write the mock applied, in order, with its idempotency key.
-    Effects,
+    Effects {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn humantime_duration(text: &str) -> Result<Duration, String> {
@@ -531,18 +569,42 @@ async fn run(command: Command) -> Result<()> {
             .await
         }
         Command::Events { database, command } => {
+            // Only replay writes; nothing here creates or migrates a database.
+            let access = match command {
+                EventsCommand::Replay { .. } => Access::ReadWrite,
+                _ => Access::ReadOnly,
+            };
             let store =
-                serve::open_store(&database.database_url, &database.store_options()).await?;
+                Store::open_existing(&database.database_url, &database.store_options(), access)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "cannot open the store at {}",
+                            serve::redact_url(&database.database_url)
+                        )
+                    })?;
             let text = match command {
-                EventsCommand::List { pipeline, state, since, limit } => {
+                EventsCommand::List { pipeline, state, since, limit, after, json } => {
+                    events::check_filters(&store, pipeline.as_deref(), state.as_deref(), limit)
+                        .await?;
                     let since_ms =
                         since.map(|d| now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-                    events::list(&store, &EventFilter { pipeline, state, since_ms, limit }).await?
+                    let filter = EventFilter { pipeline, state, since_ms, before_id: after, limit };
+                    events::list(&store, &filter, json).await?
                 }
-                EventsCommand::Show { id } => events::show(&store, id).await?,
-                EventsCommand::Replay { id: Some(id), .. } => events::replay(&store, id).await?,
-                EventsCommand::Replay { id: None, dead: true, pipeline } => {
-                    events::replay_dead(&store, pipeline.as_deref()).await?
+                EventsCommand::Show { id, body, json } => {
+                    events::show(&store, id, body, json).await?
+                }
+                EventsCommand::Rejected { pipeline, limit, after, json } => {
+                    events::check_filters(&store, pipeline.as_deref(), None, limit).await?;
+                    events::rejected(&store, pipeline.as_deref(), after, limit, json).await?
+                }
+                EventsCommand::Replay { id: Some(id), json, .. } => {
+                    events::replay(&store, id, json).await?
+                }
+                EventsCommand::Replay { id: None, dead: true, pipeline, json } => {
+                    events::check_filters(&store, pipeline.as_deref(), None, 1).await?;
+                    events::replay_dead(&store, pipeline.as_deref(), json).await?
                 }
                 EventsCommand::Replay { .. } => anyhow::bail!("name an event id, or `--dead`"),
             };
@@ -561,15 +623,13 @@ async fn run(command: Command) -> Result<()> {
             };
             let crm = connectors::mock(&loaded, &connector).await?;
             match command {
-                CrmCommand::Records { object } => {
-                    for record in crm.records(object.as_deref()).await? {
-                        println!("{}", serde_json::to_string(&record)?);
-                    }
+                CrmCommand::Records { object, json } => {
+                    let records = crm.records(object.as_deref()).await?;
+                    print!("{}", connectors::records_text(&records, json)?);
                 }
-                CrmCommand::Effects => {
-                    for effect in crm.effects().await? {
-                        println!("{}", serde_json::to_string(&effect)?);
-                    }
+                CrmCommand::Effects { json } => {
+                    let effects = crm.effects().await?;
+                    print!("{}", connectors::effects_text(&effects, json)?);
                 }
             }
             crm.close().await;
