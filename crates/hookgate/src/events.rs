@@ -115,13 +115,20 @@ fn more(out: &mut String, json: bool, page_full: bool, last_id: Option<i64>) {
     }
 }
 
+/// A page of `limit` rows from one more, and whether there was more.
+fn page<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
+    let limit = usize::try_from(limit).unwrap_or(0);
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    (rows, more)
+}
+
 /// Events, newest first, one page.
 pub async fn list(store: &Store, filter: &EventFilter, json: bool) -> Result<String> {
     // One more than the page, to know whether there is more.
-    let mut events =
+    let events =
         store.list_events(&EventFilter { limit: filter.limit + 1, ..filter.clone() }).await?;
-    let page_full = events.len() > usize::try_from(filter.limit).unwrap_or(0);
-    events.truncate(usize::try_from(filter.limit).unwrap_or(0));
+    let (events, page_full) = page(events, filter.limit);
     let mut out = String::new();
     if json {
         for event in &events {
@@ -159,9 +166,8 @@ pub async fn rejected(
     limit: i64,
     json: bool,
 ) -> Result<String> {
-    let mut rows = store.rejected_deliveries(pipeline, before_id, limit + 1).await?;
-    let page_full = rows.len() > usize::try_from(limit).unwrap_or(0);
-    rows.truncate(usize::try_from(limit).unwrap_or(0));
+    let rows = store.rejected_deliveries(pipeline, before_id, limit + 1).await?;
+    let (rows, page_full) = page(rows, limit);
     let mut out = String::new();
     if json {
         for row in &rows {

@@ -172,15 +172,8 @@ enum EventsCommand {
         /// Only events received in this last period, e.g. `1h` or `7d`.
         #[arg(long, value_parser = humantime_duration)]
         since: Option<Duration>,
-        /// Rows per page, 1 to 1000.
-        #[arg(long, default_value_t = 50)]
-        limit: i64,
-        /// The next page: events older than this id (the last one shown).
-        #[arg(long)]
-        after: Option<i64>,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        page: PageArgs,
     },
     /// The whole story of one event: receipt, identity, deliveries, writes and attempts.
     Show {
@@ -196,14 +189,8 @@ enum EventsCommand {
     Rejected {
         #[arg(long)]
         pipeline: Option<String>,
-        /// Rows per page, 1 to 1000.
-        #[arg(long, default_value_t = 50)]
-        limit: i64,
-        /// The next page: deliveries older than this id.
-        #[arg(long)]
-        after: Option<i64>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        page: PageArgs,
     },
     /// Queue an event's dead writes again; with `--dead`, every dead-lettered event.
     Replay {
@@ -216,6 +203,20 @@ enum EventsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A page of a list, newest first.
+#[derive(Debug, Args)]
+struct PageArgs {
+    /// Rows per page, 1 to 1000.
+    #[arg(long, default_value_t = 50)]
+    limit: i64,
+    /// The next page: rows older than this id (the last one shown).
+    #[arg(long)]
+    after: Option<i64>,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -584,7 +585,8 @@ async fn run(command: Command) -> Result<()> {
                         )
                     })?;
             let text = match command {
-                EventsCommand::List { pipeline, state, since, limit, after, json } => {
+                EventsCommand::List { pipeline, state, since, page } => {
+                    let PageArgs { limit, after, json } = page;
                     events::check_filters(&store, pipeline.as_deref(), state.as_deref(), limit)
                         .await?;
                     let since_ms =
@@ -595,7 +597,8 @@ async fn run(command: Command) -> Result<()> {
                 EventsCommand::Show { id, body, json } => {
                     events::show(&store, id, body, json).await?
                 }
-                EventsCommand::Rejected { pipeline, limit, after, json } => {
+                EventsCommand::Rejected { pipeline, page } => {
+                    let PageArgs { limit, after, json } = page;
                     events::check_filters(&store, pipeline.as_deref(), None, limit).await?;
                     events::rejected(&store, pipeline.as_deref(), after, limit, json).await?
                 }
