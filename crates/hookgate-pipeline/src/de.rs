@@ -8,6 +8,7 @@
 //!   the file is still checked. One run reports every misspelt key in the file.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
@@ -200,8 +201,10 @@ pub fn from_node_repairing<T: de::DeserializeOwned>(
     node: &mut Node,
 ) -> (Option<T>, Vec<Diagnostic>, Echoes) {
     let mut diagnostics: Vec<Diagnostic> = Vec::new();
-    let report = |diagnostic: Diagnostic, diagnostics: &mut Vec<Diagnostic>| {
-        if !diagnostics.contains(&diagnostic) {
+    // Unknown fields are found again on every pass; each is reported once.
+    let mut reported: HashSet<(Pos, String)> = HashSet::new();
+    let mut report = |diagnostic: Diagnostic, diagnostics: &mut Vec<Diagnostic>| {
+        if reported.insert((diagnostic.span.start, diagnostic.message.clone())) {
             diagnostics.push(diagnostic);
         }
     };
