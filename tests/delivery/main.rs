@@ -136,6 +136,8 @@ async fn a_delivery_whose_record_cannot_be_named_is_refused_at_intake() {
     }
 }
 
+const HEADER_AND_NO_EVENTS: &str = "      ID  RECEIVED                  PIPELINE            STATE       DELIVERIES  KEY\n0 events\n";
+
 /// `hookgate events` as an operator scripts it: every command's `--json` parses back, pages
 /// follow their cursor to the end without a gap or a repeat, a wrong filter is an error that
 /// names the valid values, bodies are shown on request, and reading never creates or
@@ -226,19 +228,26 @@ async fn operators_page_through_evidence_as_json_and_reading_creates_nothing() {
         );
         let (code, _, stderr) = hookgate(database.url(), &["list", "--pipeline", "order"]);
         assert_eq!(code, Some(1));
-        assert!(
-            stderr.contains("no events or deliveries of pipeline `order`; the store has: orders"),
-            "{stderr}"
-        );
+        assert!(stderr.contains("unknown pipeline `order`: one of orders"), "{stderr}");
+        // A configured pipeline is valid before its first event.
+        let shipped = root().join("pipelines");
+        let shipped = shipped.to_str().unwrap();
+        let (code, stdout, stderr) =
+            hookgate(database.url(), &["--pipelines", shipped, "list", "--pipeline", "github"]);
+        assert_eq!((code, stdout.as_str()), (Some(0), HEADER_AND_NO_EVENTS), "{stderr}");
         let (code, _, stderr) = hookgate(database.url(), &["list", "--limit", "0"]);
         assert_eq!(code, Some(1), "{stderr}");
 
         // Refused deliveries, with their reason.
-        let (_, stdout, _) = hookgate(database.url(), &["rejected", "--json"]);
+        let (_, stdout, _) = hookgate(database.url(), &["rejected", "--body", "--json"]);
         let rejected = lines(&stdout);
         assert_eq!(rejected.len(), 1, "{backend}: {stdout}");
         assert!(rejected[0]["reason"].as_str().unwrap().contains("not valid JSON"), "{stdout}");
         assert_eq!(rejected[0]["body_bytes"], 8);
+        assert_eq!(rejected[0]["body"]["text"], "not json");
+        let (_, stdout, _) = hookgate(database.url(), &["rejected", "--body"]);
+        assert!(stdout.contains("  body (8 bytes)\n  not json\n"), "{stdout}");
+        assert!(stdout.ends_with("1 rejected delivery\n"), "{stdout}");
 
         // One event's story with its body: JSON keeps the text, the human form escapes it.
         let id = accepted[0].to_string();
@@ -272,6 +281,20 @@ async fn operators_page_through_evidence_as_json_and_reading_creates_nothing() {
             human.ends_with("7 effects\n") && human.contains("created customers=C-0"),
             "{human}"
         );
+        // Inspecting a mock whose path is mistyped creates nothing.
+        let typo = crm.write_instances("typo.yaml", serde_json::json!({}));
+        let text = std::fs::read_to_string(&typo).unwrap();
+        let missing = crm.dir.path().join("nowhere.sqlite");
+        std::fs::write(&typo, text.replace(&crm.mock_path(), missing.to_str().unwrap())).unwrap();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["crm", "--instances"])
+            .arg(&typo)
+            .arg("records")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&output.stderr).contains("no mock CRM database at"));
+        assert!(!missing.exists());
         drop(server);
         database.cleanup().await;
     }

@@ -42,7 +42,8 @@ pub enum StoreError {
     Database(sqlx::Error),
     #[error("migration failed: {0}")]
     Migration(#[from] sqlx::migrate::MigrateError),
-    #[error("unsupported database URL `{0}`: use sqlite://PATH or postgres://...")]
+    /// The URL itself is not repeated: it may hold a password. Callers name it, redacted.
+    #[error("unsupported database URL (a `{0}` URL): use sqlite://PATH or postgres://...")]
     UnsupportedUrl(String),
     /// Operators' commands never create a database: a mistyped path is an error.
     #[error("no database at {0}: `hookgate serve` creates it; check the path")]
@@ -307,7 +308,9 @@ impl Store {
             POSTGRES_MIGRATIONS.run(&pool).await?;
             Store::Postgres(pool)
         } else {
-            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+            return Err(StoreError::UnsupportedUrl(
+                url.split(':').next().unwrap_or_default().to_owned(),
+            ));
         };
         Ok(store)
     }
@@ -347,7 +350,9 @@ impl Store {
                 .await?;
             Store::Postgres(pool)
         } else {
-            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+            return Err(StoreError::UnsupportedUrl(
+                url.split(':').next().unwrap_or_default().to_owned(),
+            ));
         };
         store.check_schema().await?;
         Ok(store)
@@ -393,6 +398,20 @@ impl Store {
             )));
         }
         Ok(())
+    }
+
+    /// Whether the store has any event or delivery of `pipeline`.
+    pub async fn has_pipeline(&self, pipeline: &str) -> Result<bool> {
+        read_on_both!(self, pool => {
+            Ok(sqlx::query_scalar::<_, i64>(
+                "SELECT 1 WHERE EXISTS (SELECT 1 FROM events WHERE pipeline = $1) \
+                 OR EXISTS (SELECT 1 FROM deliveries WHERE pipeline = $1)",
+            )
+            .bind(pipeline)
+            .fetch_optional(pool)
+            .await?
+            .is_some())
+        })
     }
 
     /// Every pipeline the store has events or deliveries of, sorted.

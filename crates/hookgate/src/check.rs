@@ -254,6 +254,19 @@ fn fixture_secret_names(pipeline: &Path) -> HashSet<String> {
     names
 }
 
+/// The names of the pipelines in `paths` that load, for commands that only need to know them;
+/// files that do not load are `check`'s business.
+pub fn pipeline_names(paths: &[PathBuf]) -> Vec<String> {
+    pipeline_files(paths, &mut Vec::new())
+        .iter()
+        .filter_map(|path| {
+            let source = files::read_config(path).ok()?;
+            let (compiled, _) = load_pipeline(&path.display().to_string(), &source, None);
+            compiled.map(|c| c.name)
+        })
+        .collect()
+}
+
 /// The pipeline files named by `paths`: files as given, directories' `*.yaml` and `*.yml`
 /// files (not their subdirectories, which hold fixtures), sorted for a stable report.
 fn pipeline_files(paths: &[PathBuf], diagnostics: &mut Vec<Diagnostic>) -> Vec<PathBuf> {

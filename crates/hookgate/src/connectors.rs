@@ -108,7 +108,20 @@ pub async fn mock(instances: &Instances, name: &str) -> Result<MockCrm> {
     if instance.kind != ConnectorKind::Mock {
         bail!("connector instance `{name}` is a `{}`, not a mock CRM", instance.kind.as_str());
     }
+    // Inspecting never creates the mock's database: a mistyped path is an error.
+    if let Some(path) = instance.settings.get("path").and_then(|p| p.as_str())
+        && !std::path::Path::new(path).is_file()
+    {
+        bail!(
+            "no mock CRM database at {path} (connector `{name}`): the gateway creates it; check `path`"
+        );
+    }
     Ok(MockCrm::from_settings(&instance.settings).await?)
+}
+
+/// CRM text for a terminal: escaped, bounded.
+fn shown(text: &str) -> String {
+    hookgate_pipeline::evaluate::printable(text, 2048)
 }
 
 /// A mock CRM's records: a table, or one JSON object per line.
@@ -117,7 +130,7 @@ pub fn records_text(records: &[hookgate_connector_mock::MockRecord], json: bool)
     let mut out = String::new();
     if json {
         for record in records {
-            let _ = writeln!(out, "{}", serde_json::to_string(record)?);
+            out.push_str(&crate::events::json_line(&serde_json::to_value(record)?));
         }
         return Ok(out);
     }
@@ -127,10 +140,10 @@ pub fn records_text(records: &[hookgate_connector_mock::MockRecord], json: bool)
         let _ = writeln!(
             out,
             "{:<16}  {:<14}  {:<24}  {}",
-            record.object,
-            record.record_id,
-            format!("{}={}", record.external_id_field, record.external_id_value),
-            hookgate_pipeline::evaluate::printable(&fields.join(" "), 2048)
+            shown(&record.object),
+            shown(&record.record_id),
+            shown(&format!("{}={}", record.external_id_field, record.external_id_value)),
+            shown(&fields.join(" "))
         );
     }
     let _ = writeln!(out, "{} records", records.len());
@@ -143,7 +156,7 @@ pub fn effects_text(effects: &[hookgate_connector_mock::Effect], json: bool) -> 
     let mut out = String::new();
     if json {
         for effect in effects {
-            let _ = writeln!(out, "{}", serde_json::to_string(effect)?);
+            out.push_str(&crate::events::json_line(&serde_json::to_value(effect)?));
         }
         return Ok(out);
     }
@@ -154,10 +167,10 @@ pub fn effects_text(effects: &[hookgate_connector_mock::Effect], json: bool) -> 
             effect.id,
             crate::events::timestamp(effect.applied_at_ms),
             if effect.created { "created" } else { "updated" },
-            effect.object,
-            effect.external_id_value,
-            effect.record_id,
-            effect.idempotency_key
+            shown(&effect.object),
+            shown(&effect.external_id_value),
+            shown(&effect.record_id),
+            shown(&effect.idempotency_key)
         );
     }
     let _ = writeln!(out, "{} effects", effects.len());

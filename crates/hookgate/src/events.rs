@@ -36,10 +36,12 @@ pub fn timestamp(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
-/// Checks a list's filters against what the store can have: an unknown state or a pipeline
-/// the store has never seen is an error that names the valid ones, not an empty list.
+/// Checks a list's filters: an unknown state, or a pipeline neither configured (`configured`,
+/// from the pipeline files) nor ever seen by the store, is an error that names the valid ones,
+/// not an empty list.
 pub async fn check_filters(
     store: &Store,
+    configured: &[String],
     pipeline: Option<&str>,
     state: Option<&str>,
     limit: i64,
@@ -52,19 +54,42 @@ pub async fn check_filters(
     if !(1..=PAGE_MAX).contains(&limit) {
         bail!("--limit {limit}: a page holds 1 to {PAGE_MAX} rows; use --after for the next");
     }
-    if let Some(pipeline) = pipeline {
-        let known = store.pipelines().await?;
-        if !known.iter().any(|p| p == pipeline) {
-            if known.is_empty() {
-                bail!("no pipeline `{pipeline}`: the store has no events or deliveries yet");
-            }
-            bail!(
-                "no events or deliveries of pipeline `{pipeline}`; the store has: {}",
-                known.join(", ")
-            );
+    if let Some(pipeline) = pipeline
+        && !configured.iter().any(|p| p == pipeline)
+        && !store.has_pipeline(pipeline).await?
+    {
+        let mut known = store.pipelines().await?;
+        known.extend(configured.iter().cloned());
+        known.sort();
+        known.dedup();
+        if known.is_empty() {
+            bail!("unknown pipeline `{pipeline}`: none is configured, and the store has no events");
         }
+        bail!("unknown pipeline `{pipeline}`: one of {}", known.join(", "));
     }
     Ok(())
+}
+
+/// One JSON object as a line. serde_json leaves C1 controls and bidirectional overrides raw
+/// inside strings (JSON allows them); they are written as `\uXXXX` here, so that output read
+/// on a terminal without a JSON tool cannot drive it.
+pub fn json_line(value: &Value) -> String {
+    let text = value.to_string();
+    let mut out = String::with_capacity(text.len() + 1);
+    for c in text.chars() {
+        if matches!(c, '\u{80}'..='\u{9f}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\n');
+    out
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn event_json(event: &EventRecord) -> Value {
@@ -82,9 +107,22 @@ fn event_json(event: &EventRecord) -> Value {
     })
 }
 
+/// The part of a body that is shown: at most [`BODY_BYTES_SHOWN_MAX`] bytes, not cutting a
+/// UTF-8 character in two.
+fn shown_part(body: &[u8]) -> &[u8] {
+    let part = &body[..body.len().min(BODY_BYTES_SHOWN_MAX)];
+    match std::str::from_utf8(part) {
+        // Only the last character is incomplete: the cut fell inside it.
+        Err(error) if error.error_len().is_none() && part.len() < body.len() => {
+            &part[..error.valid_up_to()]
+        }
+        _ => part,
+    }
+}
+
 /// A body as JSON: its text when it is UTF-8, else base64; cut at [`BODY_BYTES_SHOWN_MAX`].
 fn body_json(body: &[u8]) -> Value {
-    let shown = &body[..body.len().min(BODY_BYTES_SHOWN_MAX)];
+    let shown = shown_part(body);
     let (text, encoding) = match std::str::from_utf8(shown) {
         Ok(text) => (text.to_owned(), "utf-8"),
         Err(_) => (base64::engine::general_purpose::STANDARD.encode(shown), "base64"),
@@ -93,15 +131,15 @@ fn body_json(body: &[u8]) -> Value {
 }
 
 /// A body for a terminal: escaped, cut at [`BODY_BYTES_SHOWN_MAX`].
-fn body_text(body: &[u8]) -> String {
-    let shown = &body[..body.len().min(BODY_BYTES_SHOWN_MAX)];
+fn body_text(title: &str, body: &[u8]) -> String {
+    let shown = shown_part(body);
     let text = printable(&String::from_utf8_lossy(shown), BODY_BYTES_SHOWN_MAX);
     let cut = if body.len() > shown.len() {
         format!("\n  (cut: {} of {} bytes shown)", shown.len(), body.len())
     } else {
         String::new()
     };
-    format!("body ({} bytes)\n  {text}{cut}\n", body.len())
+    format!("{title} ({} bytes)\n  {text}{cut}\n", body.len())
 }
 
 /// The "more" line of a page: in the human form a hint with the next command's cursor, in
@@ -109,7 +147,7 @@ fn body_text(body: &[u8]) -> String {
 fn more(out: &mut String, json: bool, page_full: bool, last_id: Option<i64>) {
     let (true, Some(last)) = (page_full, last_id) else { return };
     if json {
-        let _ = writeln!(out, "{}", json!({ "more": { "after": last } }));
+        out.push_str(&json_line(&json!({ "more": { "after": last } })));
     } else {
         let _ = writeln!(out, "more: add `--after {last}` for the next page");
     }
@@ -132,7 +170,7 @@ pub async fn list(store: &Store, filter: &EventFilter, json: bool) -> Result<Str
     let mut out = String::new();
     if json {
         for event in &events {
-            let _ = writeln!(out, "{}", event_json(event));
+            out.push_str(&json_line(&event_json(event)));
         }
     } else {
         let _ = writeln!(
@@ -152,7 +190,7 @@ pub async fn list(store: &Store, filter: &EventFilter, json: bool) -> Result<Str
                 shown(&event.key)
             );
         }
-        let _ = writeln!(out, "{} events", events.len());
+        let _ = writeln!(out, "{}", plural(events.len(), "event", "events"));
     }
     more(&mut out, json, page_full, events.last().map(|e| e.id));
     Ok(out)
@@ -164,6 +202,7 @@ pub async fn rejected(
     pipeline: Option<&str>,
     before_id: Option<i64>,
     limit: i64,
+    body: bool,
     json: bool,
 ) -> Result<String> {
     let rows = store.rejected_deliveries(pipeline, before_id, limit + 1).await?;
@@ -171,7 +210,11 @@ pub async fn rejected(
     let mut out = String::new();
     if json {
         for row in &rows {
-            let _ = writeln!(out, "{}", rejected_json(row));
+            let mut line = rejected_json(row);
+            if body && let (Value::Object(map), Some(stored)) = (&mut line, &row.body) {
+                map.insert("body".into(), body_json(stored));
+            }
+            out.push_str(&json_line(&line));
         }
     } else {
         let _ = writeln!(out, "{:>8}  {:<24}  {:<18}  REASON", "ID", "RECEIVED", "PIPELINE");
@@ -184,8 +227,11 @@ pub async fn rejected(
                 row.pipeline,
                 printable(row.reason.as_deref().unwrap_or("-"), TEXT_CHARS_MAX)
             );
+            if body && let Some(stored) = &row.body {
+                out.push_str(&body_text("  body", stored));
+            }
         }
-        let _ = writeln!(out, "{} rejected deliveries", rows.len());
+        let _ = writeln!(out, "{}", plural(rows.len(), "rejected delivery", "rejected deliveries"));
     }
     more(&mut out, json, page_full, rows.last().map(|r| r.id));
     Ok(out)
@@ -210,7 +256,14 @@ pub async fn show(store: &Store, id: i64, body: bool, json: bool) -> Result<Stri
     }
     let mut out = story(store, &event).await?;
     if body {
-        out.push_str(&body_text(&event.body));
+        out.push_str(&body_text("body", &event.body));
+        // Conflicting deliveries keep their own body beside the original's.
+        for delivery in store.deliveries_for(event.id).await? {
+            if let Some(kept) = &delivery.body {
+                let title = format!("body of delivery {} ({})", delivery.id, delivery.outcome);
+                out.push_str(&body_text(&title, kept));
+            }
+        }
     }
     Ok(out)
 }
@@ -222,13 +275,17 @@ async fn story_json(store: &Store, event: &EventRecord, body: bool) -> Result<St
         .await?
         .iter()
         .map(|d| {
-            json!({
+            let mut line = json!({
                 "id": d.id,
                 "received_at": timestamp(d.received_at_ms),
                 "outcome": d.outcome,
                 "fingerprint": d.fingerprint,
                 "body_bytes": d.body.as_ref().map(Vec::len),
-            })
+            });
+            if body && let (Value::Object(map), Some(kept)) = (&mut line, &d.body) {
+                map.insert("body".into(), body_json(kept));
+            }
+            line
         })
         .collect();
     let items = store.outbox_for(event.id).await?;
@@ -277,7 +334,7 @@ async fn story_json(store: &Store, event: &EventRecord, body: bool) -> Result<St
             map.insert("body".into(), body_json(&event.body));
         }
     }
-    Ok(format!("{object}\n"))
+    Ok(json_line(&object))
 }
 
 pub async fn story(store: &Store, event: &EventRecord) -> Result<String> {
@@ -377,7 +434,7 @@ pub async fn replay(store: &Store, id: i64, json: bool) -> Result<String> {
     }
     let replayed = store.replay_event(id, now_ms()).await?;
     Ok(if json {
-        format!("{}\n", json!({ "event": id, "queued": replayed }))
+        json_line(&json!({ "event": id, "queued": replayed }))
     } else {
         format!("event {id}: {replayed} dead writes queued again\n")
     })
@@ -391,7 +448,7 @@ pub async fn replay_dead(store: &Store, pipeline: Option<&str>, json: bool) -> R
         let queued = store.replay_event(id, now_ms()).await?;
         total += queued;
         if json {
-            let _ = writeln!(out, "{}", json!({ "event": id, "queued": queued }));
+            out.push_str(&json_line(&json!({ "event": id, "queued": queued })));
         } else {
             let _ = writeln!(out, "event {id}: queued again");
         }
@@ -400,4 +457,32 @@ pub async fn replay_dead(store: &Store, pipeline: Option<&str>, json: bool) -> R
         let _ = writeln!(out, "{total} dead writes queued again");
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_body_keeps_its_last_whole_character_and_stays_text() {
+        let mut body = vec![b'a'; BODY_BYTES_SHOWN_MAX - 1];
+        body.extend("é and more".as_bytes());
+        let json = body_json(&body);
+        assert_eq!(json["encoding"], "utf-8");
+        assert_eq!(json["truncated"], true);
+        assert_eq!(json["text"].as_str().unwrap().len(), BODY_BYTES_SHOWN_MAX - 1);
+        // Bytes that are not UTF-8 are base64, within the same bound.
+        let binary = vec![0xff; BODY_BYTES_SHOWN_MAX * 2];
+        let json = body_json(&binary);
+        assert_eq!(json["encoding"], "base64");
+        assert_eq!(json["text"].as_str().unwrap().len(), BODY_BYTES_SHOWN_MAX / 3 * 4 + 4);
+    }
+
+    #[test]
+    fn json_lines_escape_what_could_drive_a_terminal() {
+        let line = json_line(&json!({ "key": "a\u{9b}b\u{202e}c\u{7}" }));
+        assert_eq!(line, "{\"key\":\"a\\u009bb\\u202ec\\u0007\"}\n");
+        let back: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back["key"], "a\u{9b}b\u{202e}c\u{7}");
+    }
 }

@@ -91,6 +91,15 @@ enum Command {
     Events {
         #[command(flatten)]
         database: DatabaseArgs,
+        /// The pipeline files (or directories) the gateway serves: their names are valid
+        /// `--pipeline` values even before any event arrives.
+        #[arg(
+            long,
+            env = "HOOKGATE_PIPELINES",
+            value_delimiter = ',',
+            default_value = "pipelines"
+        )]
+        pipelines: Vec<PathBuf>,
         #[command(subcommand)]
         command: EventsCommand,
     },
@@ -189,6 +198,9 @@ enum EventsCommand {
     Rejected {
         #[arg(long)]
         pipeline: Option<String>,
+        /// Also each stored body (escaped, at most 64 KiB).
+        #[arg(long)]
+        body: bool,
         #[command(flatten)]
         page: PageArgs,
     },
@@ -569,7 +581,8 @@ async fn run(command: Command) -> Result<()> {
             })
             .await
         }
-        Command::Events { database, command } => {
+        Command::Events { database, pipelines, command } => {
+            let configured = check::pipeline_names(&pipelines);
             // Only replay writes; nothing here creates or migrates a database.
             let access = match command {
                 EventsCommand::Replay { .. } => Access::ReadWrite,
@@ -587,7 +600,8 @@ async fn run(command: Command) -> Result<()> {
             let text = match command {
                 EventsCommand::List { pipeline, state, since, page } => {
                     let PageArgs { limit, after, json } = page;
-                    events::check_filters(&store, pipeline.as_deref(), state.as_deref(), limit)
+                    let (pipeline_name, state_name) = (pipeline.as_deref(), state.as_deref());
+                    events::check_filters(&store, &configured, pipeline_name, state_name, limit)
                         .await?;
                     let since_ms =
                         since.map(|d| now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -597,16 +611,18 @@ async fn run(command: Command) -> Result<()> {
                 EventsCommand::Show { id, body, json } => {
                     events::show(&store, id, body, json).await?
                 }
-                EventsCommand::Rejected { pipeline, page } => {
+                EventsCommand::Rejected { pipeline, body, page } => {
                     let PageArgs { limit, after, json } = page;
-                    events::check_filters(&store, pipeline.as_deref(), None, limit).await?;
-                    events::rejected(&store, pipeline.as_deref(), after, limit, json).await?
+                    let pipeline = pipeline.as_deref();
+                    events::check_filters(&store, &configured, pipeline, None, limit).await?;
+                    events::rejected(&store, pipeline, after, limit, body, json).await?
                 }
                 EventsCommand::Replay { id: Some(id), json, .. } => {
                     events::replay(&store, id, json).await?
                 }
                 EventsCommand::Replay { id: None, dead: true, pipeline, json } => {
-                    events::check_filters(&store, pipeline.as_deref(), None, 1).await?;
+                    events::check_filters(&store, &configured, pipeline.as_deref(), None, 1)
+                        .await?;
                     events::replay_dead(&store, pipeline.as_deref(), json).await?
                 }
                 EventsCommand::Replay { .. } => anyhow::bail!("name an event id, or `--dead`"),

@@ -236,17 +236,50 @@ pub async fn open_store(url: &str, options: &StoreOptions) -> Result<Store> {
         .with_context(|| format!("cannot open the store at {}", redact_url(url)))
 }
 
-/// A database URL without its password, for messages.
+/// A database URL without its password, for messages: the `user:password@` form and a
+/// `password=` query parameter are both masked.
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut out = match (base.find("://"), base.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let credentials = &url[scheme_end + 3..at];
+            let credentials = &base[scheme_end + 3..at];
             match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
-                None => url.to_owned(),
+                Some((user, _)) => format!("{}{user}:***{}", &base[..scheme_end + 3], &base[at..]),
+                None => base.to_owned(),
             }
         }
-        _ => url.to_owned(),
+        _ => base.to_owned(),
+    };
+    if let Some(query) = query {
+        let parameters: Vec<String> = query
+            .split('&')
+            .map(|parameter| match parameter.split_once('=') {
+                Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+                _ => parameter.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&parameters.join("&"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_masked_wherever_the_url_carries_them() {
+        assert_eq!(redact_url("postgres://u:s3cret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact_url("postgres://u@h/db?sslmode=require&password=s3cret"),
+            "postgres://u@h/db?sslmode=require&password=***"
+        );
+        assert_eq!(redact_url("mysql://root:s3cret@h/db"), "mysql://root:***@h/db");
+        assert_eq!(redact_url("sqlite://hookgate.db"), "sqlite://hookgate.db");
     }
 }
 
