@@ -589,6 +589,37 @@ async fn refuses_to_start_with_an_unset_secret_or_a_broken_pipeline() {
     database.cleanup().await;
 }
 
+/// `serve` needs the credentials of the connectors its pipelines write to, and only those: an
+/// instance kept in `hookgate.yaml` for another deployment asks for nothing.
+#[tokio::test]
+async fn only_the_connectors_served_pipelines_use_need_credentials() {
+    let database = Database::sqlite().await;
+    let unset = ["SALESFORCE_CLIENT_ID", "SALESFORCE_CLIENT_SECRET", "HUBSPOT_TOKEN"];
+    let mut github_only =
+        ServerBuilder::new(database.url()).pipelines(root().join("pipelines/github.yaml"));
+    for name in unset {
+        github_only = github_only.without_env(name);
+    }
+    let server = github_only.start();
+    let response = github("d-1", r#"{"after":"1","repository":{"full_name":"o/r"},"pusher":{"name":"m","email":"m@x.io"},"sender":{"login":"m"}}"#)
+        .send(&client(), &server)
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    drop(server);
+
+    let mut with_salesforce =
+        ServerBuilder::new(database.url()).pipelines(root().join("pipelines/shopify.yaml"));
+    for name in unset {
+        with_salesforce = with_salesforce.without_env(name);
+    }
+    let output = with_salesforce.command().output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("environment variable `SALESFORCE_CLIENT_ID` is not set"), "{stderr}");
+    assert!(!stderr.contains("HUBSPOT_TOKEN"), "{stderr}");
+    database.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_body_that_never_finishes_is_answered_408() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -115,8 +115,8 @@ pub struct CompiledTarget {
 pub struct Instances {
     pub file: String,
     pub connectors: BTreeMap<String, ConnectorInstance>,
-    /// With the position of each reference, for "unset secret" diagnostics.
-    pub secrets: Vec<(SecretRef, Pos)>,
+    /// The instance, and each reference with its position, for "unset secret" diagnostics.
+    pub secrets: Vec<(String, SecretRef, Pos)>,
     /// The document and each instance's index in it, to check settings where they are written.
     doc: Option<Node>,
     index: BTreeMap<String, usize>,
@@ -188,7 +188,7 @@ pub(crate) fn check_instances(
         }
         for key in instance.credentials.keys() {
             let pos = doc.locate(&path!["connectors", i, "credentials", key.as_str()]).span.start;
-            secrets.push((instance.credentials[key].clone(), pos));
+            secrets.push((instance.name.clone(), instance.credentials[key].clone(), pos));
         }
         if let Some(&first) = index.get(&instance.name) {
             let first_span = doc.locate(&path!["connectors", first, "name"]).span;

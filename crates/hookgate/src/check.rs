@@ -123,7 +123,19 @@ pub fn load(options: &Options) -> Project {
 
     let mut references: Vec<(&str, &SecretRef, Pos)> = Vec::new();
     if let Some(instances) = &instances {
-        references.extend(instances.secrets.iter().map(|(r, p)| (instances.file.as_str(), r, *p)));
+        // Only the connectors the loaded pipelines write to need their credentials: `serve`
+        // builds no other, so an instance kept for another deployment asks for nothing.
+        let used: HashSet<&str> = pipelines
+            .iter()
+            .flat_map(|p| p.compiled.targets.iter().map(|t| t.connector.as_str()))
+            .collect();
+        references.extend(
+            instances
+                .secrets
+                .iter()
+                .filter(|(instance, _, _)| used.contains(instance.as_str()))
+                .map(|(_, r, p)| (instances.file.as_str(), r, *p)),
+        );
     }
     // Names a pipeline's fixtures supply: `check` runs those fixtures with them, so their
     // absence from the environment is not worth a warning (a set but unusable value still is).

@@ -2,6 +2,7 @@
 //! any error or unset secret), connect to the store, then run the intake server, the delivery
 //! workers and the retention sweeper until SIGTERM or Ctrl-C.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -202,6 +203,14 @@ async fn build_gateway(options: &ServeOptions) -> Result<(Gateway, Instances)> {
         bail!("no pipelines found in {:?}", options.pipelines);
     }
     let mut served = Vec::new();
+    // Only these connector instances are built: the others' credentials are not needed.
+    let used: BTreeSet<String> = project
+        .pipelines
+        .iter()
+        .flat_map(|p| p.compiled.targets.iter().map(|t| t.connector.clone()))
+        .collect();
+    let mut instances = instances;
+    instances.connectors.retain(|name, _| used.contains(name));
     for loaded in project.pipelines {
         let compiled = loaded.compiled;
         let secrets = compiled
