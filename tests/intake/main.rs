@@ -620,6 +620,38 @@ async fn only_the_connectors_served_pipelines_use_need_credentials() {
     database.cleanup().await;
 }
 
+/// `--log-format json`: every log line is one JSON object with plain field values (no Rust
+/// Debug output such as `Some(...)`), so log collectors can index them.
+#[tokio::test]
+async fn json_logs_are_one_object_per_line_with_plain_values() {
+    let database = Database::sqlite().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let server = ServerBuilder::new(database.url())
+        .arg("--log-format")
+        .arg("json")
+        .env("RUST_LOG", "info")
+        .log(log.clone())
+        .start();
+    let refused = partner_raw(b"{}".to_vec()).with_header("X-Hub-Signature-256", "sha256=00");
+    assert_eq!(refused.send(&client(), &server).await.status(), StatusCode::UNAUTHORIZED);
+    drop(server);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let started = lines.iter().find(|l| l["message"] == "started");
+    let started = started.unwrap_or_else(|| panic!("no `started` line in\n{text}"));
+    assert_eq!(started["level"], "INFO");
+    let address = started["address"].as_str().unwrap();
+    assert!(address.starts_with("127.0.0.1:"), "{started}");
+    assert!(started["pipelines"].as_str().unwrap().contains("crm-partner"), "{started}");
+    assert!(!text.contains("Some("), "{text}");
+    assert!(lines.iter().any(|l| l["reason"] == "unauthorized"), "{text}");
+    database.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_body_that_never_finishes_is_answered_408() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

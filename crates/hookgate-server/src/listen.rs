@@ -94,7 +94,7 @@ pub async fn serve(
     tokio::select! {
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(shutdown_timeout) => {
-            tracing::warn!(timeout = ?shutdown_timeout, "connections still open at the shutdown deadline are dropped");
+            tracing::warn!(timeout_ms = shutdown_timeout.as_millis(), "connections still open at the shutdown deadline are dropped");
         }
     }
     Ok(())

@@ -24,8 +24,17 @@ use hookgate_store::{Access, EventFilter, Store, StoreOptions};
     about = "A webhook gateway that turns at-least-once deliveries into exactly one CRM effect per event"
 )]
 struct Cli {
+    /// Log lines as `text` (key=value) or `json` (one object per line, for log collectors).
+    #[arg(long, global = true, env = "HOOKGATE_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -491,7 +500,8 @@ fn main() -> ExitCode {
         return if report.errors() > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS };
     }
     // The demo's output is the point; its logs would drown it.
-    init_tracing(if matches!(cli.command, Command::Demo { .. }) { "error" } else { "info" });
+    let level = if matches!(cli.command, Command::Demo { .. }) { "error" } else { "info" };
+    init_tracing(level, cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -663,14 +673,18 @@ async fn run(command: Command) -> Result<()> {
 }
 
 /// Logs go to stderr as `key=value` lines; `RUST_LOG` filters them.
-fn init_tracing(default: &str) {
+fn init_tracing(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+        .with_ansi(false);
+    match format {
+        LogFormat::Text => builder.init(),
+        // Fields at the top level of each object, beside `timestamp`, `level` and `message`.
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+    }
 }
 
 /// A command's output on stdout, or its error on stderr with a failing exit code.

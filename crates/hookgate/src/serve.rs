@@ -133,7 +133,15 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
         tasks.push(tokio::spawn(sweep(gateway.clone(), stopped(receiver.clone()))));
     }
     let names: Vec<&str> = gateway.pipeline_names().collect();
-    tracing::info!(address = ?address, backend = gateway.store().backend(), pipelines = ?names, workers = options.workers.is_some(), "started");
+    // Plain values, not Debug output: `address=127.0.0.1:8080`, not `address=Some(...)`.
+    let listening = address.map_or_else(|| "-".to_owned(), |a| a.to_string());
+    tracing::info!(
+        address = %listening,
+        backend = gateway.store().backend(),
+        pipelines = %names.join(","),
+        workers = options.workers.is_some(),
+        "started"
+    );
     Ok(Running { address, gateway, instances, stop, tasks })
 }
 
