@@ -637,7 +637,7 @@ async fn json_logs_are_one_object_per_line_with_plain_values() {
     assert_eq!(refused.send(&client(), &server).await.status(), StatusCode::UNAUTHORIZED);
     drop(server);
     let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<serde_json::Value> = text
+    let lines: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
