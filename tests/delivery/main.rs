@@ -330,6 +330,12 @@ async fn transient_failures_are_retried_until_success() {
             r#"hookgate_attempts_total{pipeline="orders",target="customer",outcome="created"} 1"#,
             r#"hookgate_writes_finished_total{pipeline="orders",target="customer",state="done"} 1"#,
             "hookgate_writes_unfinished 0",
+            "hookgate_writes_dead 0",
+            "hookgate_oldest_unfinished_write_age_seconds 0",
+            r#"hookgate_crm_call_seconds_count{pipeline="orders",target="customer",action="upsert",outcome="retryable"} 2"#,
+            r#"hookgate_crm_call_seconds_bucket{pipeline="orders",target="customer",action="upsert",outcome="created",le="30"} 1"#,
+            r#"hookgate_db_pool_connections{state="in_use"}"#,
+            "hookgate_db_pool_connections_max ",
         ] {
             assert!(metrics.contains(line), "`{line}` missing from\n{metrics}");
         }

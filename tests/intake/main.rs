@@ -141,6 +141,7 @@ async fn every_answer_on_both_backends() {
             r#"hookgate_deliveries_total{pipeline="crm-partner",outcome="unauthorized"} 1"#,
             r#"hookgate_deliveries_total{pipeline="(unknown)",outcome="unknown_pipeline"} 1"#,
             "hookgate_writes_unfinished 2",
+            "hookgate_writes_dead 0",
         ] {
             assert!(metrics.contains(line), "{backend}: `{line}` missing from\n{metrics}");
         }
@@ -148,6 +149,13 @@ async fn every_answer_on_both_backends() {
             metrics.contains("hookgate_intake_seconds_bucket{pipeline=\"github\",le=\"0.001\"}"),
             "{metrics}"
         );
+        // Two writes wait (no workers here): the oldest has waited since it was received.
+        let age = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("hookgate_oldest_unfinished_write_age_seconds "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no backlog age in\n{metrics}"));
+        assert!(age > 0.0 && age < 600.0, "{backend}: {age}");
 
         // Health and readiness.
         assert_eq!(

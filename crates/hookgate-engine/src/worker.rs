@@ -320,6 +320,8 @@ impl Worker {
         }
         for call in &finish.calls {
             metrics::counter!("hookgate_attempts_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "outcome" => call.outcome.clone()).increment(1);
+            let seconds = (call.finished_at_ms - call.started_at_ms).max(0) as f64 / 1000.0;
+            metrics::histogram!("hookgate_crm_call_seconds", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "action" => call.action, "outcome" => call.outcome.clone()).record(seconds);
         }
         if finish.state != state::PENDING {
             metrics::counter!("hookgate_writes_finished_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "state" => finish.state).increment(1);

@@ -292,10 +292,24 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
     let Some(handle) = &state.config.metrics else {
         return answer(StatusCode::NOT_FOUND, json!({"status": "metrics_disabled"}));
     };
-    match state.gateway.store().unfinished_items().await {
-        Ok(count) => metrics::gauge!("hookgate_writes_unfinished").set(count as f64),
-        Err(error) => tracing::warn!(error = %error, "cannot count unfinished writes for /metrics"),
+    let store = state.gateway.store();
+    match store.backlog().await {
+        Ok(backlog) => {
+            metrics::gauge!("hookgate_writes_unfinished").set(backlog.unfinished as f64);
+            metrics::gauge!("hookgate_writes_dead").set(backlog.dead as f64);
+            // 0 when nothing waits: the age of the oldest write still to do.
+            let age_ms =
+                backlog.oldest_received_at_ms.map_or(0, |received| (now_ms() - received).max(0));
+            metrics::gauge!("hookgate_oldest_unfinished_write_age_seconds")
+                .set(age_ms as f64 / 1000.0);
+        }
+        Err(error) => tracing::warn!(error = %error, "cannot read the backlog for /metrics"),
     }
+    let pool = store.pool_usage();
+    metrics::gauge!("hookgate_db_pool_connections", "state" => "in_use")
+        .set(f64::from(pool.in_use));
+    metrics::gauge!("hookgate_db_pool_connections", "state" => "idle").set(f64::from(pool.idle));
+    metrics::gauge!("hookgate_db_pool_connections_max").set(f64::from(pool.max));
     let mut response = handle.render().into_response();
     response
         .headers_mut()

@@ -33,6 +33,22 @@ pub mod state {
     pub const SKIPPED_STALE: &str = "skipped_stale";
 }
 
+/// See [`Store::backlog`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    pub unfinished: i64,
+    pub dead: i64,
+    pub oldest_received_at_ms: Option<i64>,
+}
+
+/// See [`Store::pool_usage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolUsage {
+    pub in_use: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
 /// An item a worker holds under its entity's lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeasedItem {
@@ -616,6 +632,42 @@ impl Store {
         read_on_both!(self, pool => {
             Ok(sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE state IN ('pending', 'in_flight')").fetch_one(pool).await?)
         })
+    }
+
+    /// The backlog, for the operators' gauges: writes to do, writes dead-lettered, and when
+    /// the oldest write to do was received. Each is an index range on `outbox (state, ...)`.
+    pub async fn backlog(&self) -> Result<Backlog> {
+        read_on_both!(self, pool => {
+            let unfinished: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM outbox WHERE state IN ('pending', 'in_flight')",
+            )
+            .fetch_one(pool)
+            .await?;
+            let dead: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE state = 'dead'")
+                .fetch_one(pool)
+                .await?;
+            let oldest_received_at_ms: Option<i64> = sqlx::query_scalar(
+                "SELECT MIN(e.received_at_ms) FROM outbox o JOIN events e ON e.id = o.event_id \
+                 WHERE o.state IN ('pending', 'in_flight')",
+            )
+            .fetch_one(pool)
+            .await?;
+            Ok(Backlog { unfinished, dead, oldest_received_at_ms })
+        })
+    }
+
+    /// Connections of the pool intake writes through: open, idle, and the most it may open.
+    pub fn pool_usage(&self) -> PoolUsage {
+        let (size, idle, max) = match self {
+            Store::Sqlite { writer, .. } => {
+                (writer.size(), writer.num_idle(), writer.options().get_max_connections())
+            }
+            Store::Postgres(pool) => {
+                (pool.size(), pool.num_idle(), pool.options().get_max_connections())
+            }
+        };
+        let idle = u32::try_from(idle).unwrap_or(u32::MAX).min(size);
+        PoolUsage { in_use: size - idle, idle, max }
     }
 }
 

@@ -136,8 +136,8 @@ macro_rules! read_on_both {
 mod delivery;
 
 pub use delivery::{
-    AppliedVersion, AttemptRecord, Call, CallKind, CallStart, EntityGuard, Finish, LeasedItem,
-    state,
+    AppliedVersion, AttemptRecord, Backlog, Call, CallKind, CallStart, EntityGuard, Finish,
+    LeasedItem, PoolUsage, state,
 };
 
 /// Everything about one verified delivery that the inbox keeps.

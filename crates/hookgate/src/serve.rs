@@ -38,6 +38,10 @@ const INTAKE_BUCKETS: &[f64] =
     &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
 /// The process's metrics recorder, installed on first use.
+/// CRM calls take from milliseconds (a mock) to the call timeout (30 s by default).
+const CRM_CALL_BUCKETS: &[f64] =
+    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
 fn metrics_handle() -> Option<PrometheusHandle> {
     static HANDLE: std::sync::OnceLock<Option<PrometheusHandle>> = std::sync::OnceLock::new();
     HANDLE
@@ -46,6 +50,11 @@ fn metrics_handle() -> Option<PrometheusHandle> {
                 .set_buckets_for_metric(
                     Matcher::Full("hookgate_intake_seconds".into()),
                     INTAKE_BUCKETS,
+                )
+                .ok()?
+                .set_buckets_for_metric(
+                    Matcher::Full("hookgate_crm_call_seconds".into()),
+                    CRM_CALL_BUCKETS,
                 )
                 .ok()?
                 .install_recorder()
