@@ -403,14 +403,14 @@ impl Store {
     /// Whether the store has any event or delivery of `pipeline`.
     pub async fn has_pipeline(&self, pipeline: &str) -> Result<bool> {
         read_on_both!(self, pool => {
-            Ok(sqlx::query_scalar::<_, i64>(
-                "SELECT 1 WHERE EXISTS (SELECT 1 FROM events WHERE pipeline = $1) \
+            // A boolean in both dialects (SQLite's 0/1 decodes as one too).
+            Ok(sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE pipeline = $1) \
                  OR EXISTS (SELECT 1 FROM deliveries WHERE pipeline = $1)",
             )
             .bind(pipeline)
-            .fetch_optional(pool)
-            .await?
-            .is_some())
+            .fetch_one(pool)
+            .await?)
         })
     }
 
