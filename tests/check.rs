@@ -462,8 +462,11 @@ fn unset_secrets_are_one_warning_for_check() {
     assert!(!text.contains("GITHUB_WEBHOOK_SECRET"), "{text}");
     let empty = "pipelines/signups.yaml:19:7: warning[H0801]: environment variable `SIGNUPS_SECRET` is empty";
     assert!(text.contains(empty), "{text}");
+    // The shipped instances file keeps payloads in plaintext, which is said once.
+    let plaintext = "hookgate.yaml:5:1: warning[H0802]: payloads are stored in plaintext";
+    assert!(text.contains(plaintext), "{text}");
     assert!(
-        text.contains("checked 7 pipelines and 30 fixtures (0 failed): 0 errors, 2 warnings"),
+        text.contains("checked 7 pipelines and 30 fixtures (0 failed): 0 errors, 3 warnings"),
         "{text}"
     );
 
@@ -471,7 +474,50 @@ fn unset_secrets_are_one_warning_for_check() {
     assert!(success, "{text}");
     assert!(!text.contains("are not set"), "{text}");
     assert!(text.contains(empty), "{text}");
-    assert!(text.contains("0 errors, 1 warning\n"), "{text}");
+    assert!(text.contains("0 errors, 2 warnings\n"), "{text}");
+}
+
+/// Payload keys are secrets like any other (unset: the grouped warning), and one that is set
+/// must be a key: 32 bytes of base64, reported where its reference is written. With keys, the
+/// plaintext warning is gone.
+#[test]
+fn payload_keys_are_checked_where_they_are_referenced() {
+    let project = project_copy();
+    let instances = project.path().join("hookgate.yaml");
+    let mut text = std::fs::read_to_string(&instances).unwrap();
+    text.push_str(
+        "payload_encryption:\n  keys:\n    - id: k2\n      secret: { env: TEST_KEY_2 }\n    - id: k1\n      secret: { file: k1.key }\n",
+    );
+    std::fs::write(&instances, &text).unwrap();
+    let line = text.lines().position(|l| l.contains("TEST_KEY_2")).unwrap() + 1;
+    let check = |key_2: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["check", "--message-format", "short", "--allow-unset-secrets"])
+            .current_dir(project.path())
+            .env("TEST_KEY_2", key_2)
+            .output()
+            .unwrap();
+        (output.status.success(), report(&output))
+    };
+    let (success, text) = check("c2hvcnQ=");
+    assert!(!success, "{text}");
+    let expected = format!(
+        "hookgate.yaml:{line}:15: error[H0803]: environment variable `TEST_KEY_2`: payload key `k2`: 5 bytes; a key is 32 bytes"
+    );
+    assert!(text.contains(&expected), "{expected}\n{text}");
+    assert!(!text.contains("H0802"), "{text}");
+
+    std::fs::write(project.path().join("k1.key"), "not base64 at all\n").unwrap();
+    let (success, text) = check("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=");
+    assert!(!success, "{text}");
+    assert!(text.contains("error[H0803]: file `k1.key`: payload key `k1`: not base64"), "{text}");
+    assert!(!text.contains("TEST_KEY_2"), "{text}");
+
+    std::fs::write(project.path().join("k1.key"), "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=\n")
+        .unwrap();
+    let (success, text) = check("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=");
+    assert!(success, "{text}");
+    assert!(!text.contains("H08"), "{text}");
 }
 
 #[test]
@@ -935,7 +981,7 @@ fn the_human_form_shows_every_mistake_with_its_source_line() {
     assert!(output.stdout.is_empty(), "{}", stdout(&output));
     let text = report(&output);
     assert_golden("ten-mistakes.human", &text);
-    assert!(text.ends_with("10 errors, 1 warning\n"), "{text}");
+    assert!(text.ends_with("10 errors, 2 warnings\n"), "{text}");
     assert!(!text.contains('\x1b'), "no colour when asked for none");
 
     // Colour: always when asked, never when stderr is not a terminal (as here) under `auto`.
@@ -964,7 +1010,7 @@ fn the_json_form_parses_back_to_the_same_problems() {
     let (summary, diagnostics) = lines.split_last().unwrap();
     assert_eq!(summary["reason"], "summary");
     assert_eq!(summary["errors"], 10);
-    assert_eq!(summary["warnings"], 1);
+    assert_eq!(summary["warnings"], 2);
     assert_eq!(diagnostics.len(), short_heads.len());
     for (diagnostic, head) in diagnostics.iter().zip(&short_heads) {
         assert_eq!(diagnostic["reason"], "diagnostic");

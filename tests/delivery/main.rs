@@ -146,7 +146,8 @@ const HEADER_AND_NO_EVENTS: &str = "      ID  RECEIVED                  PIPELINE
 async fn operators_page_through_evidence_as_json_and_reading_creates_nothing() {
     let hookgate = |url: &str, args: &[&str]| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-            .args(["events", "--database-url", url])
+            .args(["events", "--database-url", url, "--pipelines"])
+            .arg(orders_pipeline())
             .args(args)
             .output()
             .unwrap();

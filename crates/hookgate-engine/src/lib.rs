@@ -15,6 +15,7 @@
 //! # Delivery
 //! [`Worker`] leases outbox items and applies them through connectors; see `worker`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -26,7 +27,10 @@ use hookgate_store::{
 };
 use hookgate_verify::{Clock, Rejection, Request, Verifier};
 
+use crate::seal::{Keyring, Part};
+
 mod keys;
+pub mod seal;
 mod worker;
 
 pub use keys::{
@@ -176,12 +180,48 @@ impl IntakeOutcome {
 pub struct Gateway {
     pipelines: Arc<HashMap<String, ServedPipeline>>,
     store: Store,
+    /// Seals payloads at intake and opens them for the worker; `None`: plaintext.
+    keyring: Option<Arc<Keyring>>,
 }
 
 impl Gateway {
     pub fn new(store: Store, pipelines: Vec<ServedPipeline>) -> Gateway {
         let pipelines = pipelines.into_iter().map(|p| (p.compiled.name.clone(), p)).collect();
-        Gateway { pipelines: Arc::new(pipelines), store }
+        Gateway { pipelines: Arc::new(pipelines), store, keyring: None }
+    }
+
+    /// Seals every payload stored from now on under `keyring`'s current key.
+    pub fn with_keyring(mut self, keyring: Keyring) -> Gateway {
+        self.keyring = Some(Arc::new(keyring));
+        self
+    }
+
+    pub fn keyring(&self) -> Option<&Keyring> {
+        self.keyring.as_deref()
+    }
+
+    /// The body and header texts as stored, sealed if a keyring is configured, and the key.
+    fn stored<'a>(
+        &'a self,
+        pipeline: &str,
+        body: &'a [u8],
+        headers: &'a str,
+        excerpt: &'a str,
+    ) -> StoredPayload<'a> {
+        match &self.keyring {
+            None => StoredPayload {
+                body: Cow::Borrowed(body),
+                headers: Cow::Borrowed(headers),
+                excerpt: Cow::Borrowed(excerpt),
+                sealed_with: None,
+            },
+            Some(keyring) => StoredPayload {
+                body: Cow::Owned(keyring.seal(Part::Body, pipeline, body)),
+                headers: Cow::Owned(keyring.seal_text(Part::Headers, pipeline, headers)),
+                excerpt: Cow::Owned(keyring.seal_text(Part::Headers, pipeline, excerpt)),
+                sealed_with: Some(keyring.current()),
+            },
+        }
     }
 
     pub fn store(&self) -> &Store {
@@ -290,12 +330,14 @@ impl Gateway {
                 // Bounded and escaped already where it quotes the sender; escaped again here,
                 // since it goes to logs and evidence.
                 let text = printable(&reason.to_string(), REASON_CHARS_MAX);
+                let stored = self.stored(incoming.pipeline, incoming.body, &headers_json, "");
                 let rejected = RejectedDelivery {
                     pipeline: incoming.pipeline,
                     received_at_ms: incoming.received_at_ms,
                     reason: &text,
-                    headers_json: &headers_json,
-                    body: incoming.body,
+                    headers_json: &stored.headers,
+                    body: &stored.body,
+                    sealed_with: stored.sealed_with,
                 };
                 return match self.store.record_rejection(&rejected).await {
                     Ok(id) => {
@@ -319,6 +361,8 @@ impl Gateway {
                 version_text: version_text.clone(),
             })
             .collect();
+        let stored =
+            self.stored(incoming.pipeline, incoming.body, &headers_json, &headers_excerpt_json);
         let new = NewDelivery {
             pipeline: incoming.pipeline,
             scope: &identity.scope,
@@ -326,9 +370,10 @@ impl Gateway {
             fingerprint: &identity.fingerprint,
             event_type: identity.event_type.as_deref(),
             received_at_ms: incoming.received_at_ms,
-            headers_json: &headers_json,
-            headers_excerpt_json: &headers_excerpt_json,
-            body: incoming.body,
+            headers_json: &stored.headers,
+            headers_excerpt_json: &stored.excerpt,
+            body: &stored.body,
+            sealed_with: stored.sealed_with,
             outbox,
         };
         match self.store.record_intake(&new).await {
@@ -357,6 +402,14 @@ fn store_failure(pipeline: &str, error: StoreError) -> IntakeOutcome {
         tracing::error!(pipeline, error = %error, "database failure");
         IntakeOutcome::Failed(error)
     }
+}
+
+/// A payload as the store keeps it.
+struct StoredPayload<'a> {
+    body: Cow<'a, [u8]>,
+    headers: Cow<'a, str>,
+    excerpt: Cow<'a, str>,
+    sealed_with: Option<&'a str>,
 }
 
 /// Milliseconds since the Unix epoch, the engine's clock.

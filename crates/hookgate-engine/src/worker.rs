@@ -37,6 +37,7 @@ use hookgate_store::{AppliedVersion, Call, CallKind, Finish, LeasedItem, StoreEr
 use rand::Rng;
 use tokio::task::JoinSet;
 
+use crate::seal::{Part, open_stored, open_stored_text};
 use crate::{Gateway, ServedPipeline, now_ms};
 
 /// Connector instances by name, as targets refer to them.
@@ -350,10 +351,33 @@ impl Worker {
         let Some(event) = self.gateway.store.event(item.event_id).await? else {
             return Ok(Err("the event is gone".to_owned()));
         };
-        let pairs: Vec<[String; 2]> = serde_json::from_str(&event.headers_json).unwrap_or_default();
+        if let Some(purged_at_ms) = event.payload_purged_at_ms {
+            return Ok(Err(format!(
+                "the payload was deleted by payload_retention at {purged_at_ms} (Unix ms): nothing to render the write from"
+            )));
+        }
+        // Opened in memory only, for this render.
+        let keyring = self.gateway.keyring();
+        let sealed_with = event.sealed_with.as_deref();
+        let opened = open_stored(keyring, sealed_with, Part::Body, &event.pipeline, &event.body)
+            .and_then(|body| {
+                let headers = open_stored_text(
+                    keyring,
+                    sealed_with,
+                    Part::Headers,
+                    &event.pipeline,
+                    &event.headers_json,
+                )?;
+                Ok((body.into_owned(), headers.into_owned()))
+            });
+        let (body, headers_json) = match opened {
+            Ok(opened) => opened,
+            Err(error) => return Ok(Err(format!("event {}: the payload {error}", event.id))),
+        };
+        let pairs: Vec<[String; 2]> = serde_json::from_str(&headers_json).unwrap_or_default();
         let headers: Vec<(String, Vec<u8>)> =
             pairs.into_iter().map(|[n, v]| (n, v.into_bytes())).collect();
-        let delivery = Delivery { headers: &headers, body: &event.body };
+        let delivery = Delivery { headers: &headers, body: &body };
         let rendered = pipeline
             .compiled
             .identify(&delivery)

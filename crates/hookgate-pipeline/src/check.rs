@@ -14,9 +14,11 @@ use crate::diagnostic::{Code, Diagnostic, Pos, Span, suggestion};
 use crate::model::{
     BodyFormat, ConditionConfig, ConnectorInstance, ConnectorKind, DigestEncoding, FieldsConfig,
     Fingerprint, HeaderNames, InstancesFile, KeyFormatName, MessagePart, Operation, PayloadSchema,
-    Pipeline, Provider, SchemeName, SecretRef, SignatureAlgorithm, SignatureConfig, SignedPart,
-    Target, TimestampConfig, TimestampFormatName, TimestampRuleName, ValueSource, VersionType,
+    Pipeline, Provider, Redact, SchemeName, SecretRef, SignatureAlgorithm, SignatureConfig,
+    SignedPart, Target, TimestampConfig, TimestampFormatName, TimestampRuleName, ValueSource,
+    VersionType,
 };
+use crate::redact::Redaction;
 use crate::shape::{PayloadUse, Shape, ShapeSource};
 use crate::template::{self, BUILTIN_FUNCTIONS, EVENT_VARIABLES, REQUEST_VARIABLES};
 use crate::yaml::{Node, PathSegment, Value};
@@ -55,6 +57,10 @@ pub struct CompiledPipeline {
     pub conflict_status: u16,
     pub delivery: crate::model::DeliveryPolicy,
     pub retention: Duration,
+    /// How long bodies and kept headers are kept; `None`: as long as the event.
+    pub payload_retention: Option<Duration>,
+    /// What operators never see of a stored payload.
+    pub redact: Redaction,
     pub(crate) env: Environment<'static>,
     /// Where templates and pointers read payload fields.
     pub payload_uses: Vec<PayloadUse>,
@@ -117,6 +123,9 @@ pub struct Instances {
     pub connectors: BTreeMap<String, ConnectorInstance>,
     /// The instance, and each reference with its position, for "unset secret" diagnostics.
     pub secrets: Vec<(String, SecretRef, Pos)>,
+    /// `payload_encryption.keys`: each id, its secret and the secret's position, the first
+    /// sealing new rows. Empty: payloads are stored in plaintext.
+    pub payload_keys: Vec<(String, SecretRef, Pos)>,
     /// The document and each instance's index in it, to check settings where they are written.
     doc: Option<Node>,
     index: BTreeMap<String, usize>,
@@ -207,8 +216,71 @@ pub(crate) fn check_instances(
         index.insert(instance.name.clone(), i);
         connectors.insert(instance.name.clone(), instance);
     }
+    let mut payload_keys: Vec<(String, SecretRef, Pos)> = Vec::new();
+    match &model.payload_encryption {
+        None => diagnostics.push(
+            Diagnostic::warning(
+                Code::PlaintextPayloads,
+                file,
+                doc.key_span(&path!["connectors"]),
+                "payloads are stored in plaintext: this file configures no `payload_encryption`",
+            )
+            .with_hint("add `payload_encryption: { keys: [{ id: k1, secret: { env: HOOKGATE_PAYLOAD_KEY } }] }` with 32 random bytes in base64"),
+        ),
+        Some(encryption) => {
+            if encryption.keys.is_empty() {
+                diagnostics.push(
+                    Diagnostic::error(
+                        Code::OutOfRange,
+                        file,
+                        doc.locate(&path!["payload_encryption", "keys"]).span,
+                        "`payload_encryption.keys` is empty",
+                    )
+                    .with_hint("list at least one key; the first seals new rows"),
+                );
+            }
+            for (i, key) in encryption.keys.iter().enumerate() {
+                let id_span = doc.locate(&path!["payload_encryption", "keys", i, "id"]).span;
+                if !valid_name(&key.id) {
+                    diagnostics.push(
+                        Diagnostic::error(
+                            Code::InvalidName,
+                            file,
+                            id_span,
+                            format!("invalid payload key id `{}`", key.id),
+                        )
+                        .with_hint(NAME_HINT),
+                    );
+                }
+                if let Some(first) = payload_keys.iter().position(|(id, _, _)| *id == key.id) {
+                    let first_span =
+                        doc.locate(&path!["payload_encryption", "keys", first, "id"]).span;
+                    diagnostics.push(
+                        Diagnostic::error(
+                            Code::DuplicateName,
+                            file,
+                            id_span,
+                            format!("duplicate payload key id `{}`", key.id),
+                        )
+                        .with_hint("each row records the id of its key: ids must be unique")
+                        .with_related(file, first_span, "first defined here"),
+                    );
+                    continue;
+                }
+                let pos = doc.locate(&path!["payload_encryption", "keys", i, "secret"]).span.start;
+                payload_keys.push((key.id.clone(), key.secret.clone(), pos));
+            }
+        }
+    }
     (
-        Instances { file: file.to_owned(), connectors, secrets, doc: Some(doc.clone()), index },
+        Instances {
+            file: file.to_owned(),
+            connectors,
+            secrets,
+            payload_keys,
+            doc: Some(doc.clone()),
+            index,
+        },
         diagnostics,
     )
 }
@@ -554,6 +626,24 @@ pub(crate) fn check_pipeline(
             "evidence is what operators read when something went wrong; keep it for days".into(),
         );
     }
+    if let Some(payload_retention) = model.payload_retention {
+        if payload_retention.0 < Duration::from_secs(60) {
+            c.error(
+                Code::OutOfRange,
+                &path!["payload_retention"],
+                "payload_retention must be at least 1m",
+            )
+            .hint = Some("payloads are deleted by a sweep that runs every minute".into());
+        } else if payload_retention.0 > model.retention.0 {
+            c.error(
+                Code::OutOfRange,
+                &path!["payload_retention"],
+                "payload_retention is longer than retention",
+            )
+            .hint = Some("an event's payload is deleted with it at the latest; make payload_retention at most retention".into());
+        }
+    }
+    let redact = check_redact(&mut c, &model.redact);
 
     let public_url = model.public_url.as_ref().map(|url| url.trim_end_matches('/').to_owned());
     if let Some(url) = &public_url {
@@ -612,6 +702,8 @@ pub(crate) fn check_pipeline(
         conflict_status,
         delivery: model.delivery.clone(),
         retention: model.retention.0,
+        payload_retention: model.payload_retention.map(|d| d.0),
+        redact,
         env: c.env,
         payload_uses: c.payload_uses,
         payload_from_fixtures: model.payload_schema == Some(PayloadSchema::Fixtures),
@@ -1425,6 +1517,44 @@ fn compile_source(
             }
         }
     }
+}
+
+/// `redact:` pointers and header names, compiled; a pointer without `*` reads a payload
+/// field, so it is checked against the payload's type like a template's.
+fn check_redact(c: &mut Checker<'_>, redact: &Redact) -> Redaction {
+    for (i, pointer) in redact.body.iter().enumerate() {
+        let path = path!["redact", "body", i];
+        if !pointer.starts_with('/') || pointer == "/" {
+            c.error(
+                Code::JsonPointer,
+                &path,
+                format!("`{pointer}` is not a JSON pointer to a member"),
+            )
+            .hint =
+                Some("write the member to mask, e.g. `/customer/email` or `/items/*/card`".into());
+        } else if !pointer.contains('*') {
+            let span = c.doc.locate(&path).span;
+            let rest = &pointer[1..];
+            c.payload_uses.push(PayloadUse {
+                path: rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect(),
+                shown: pointer.clone(),
+                span,
+                place: display_path(&path),
+                needed: false,
+                guarded: false,
+            });
+        }
+    }
+    for (i, name) in redact.headers.iter().enumerate() {
+        if !valid_header_name(name) {
+            c.error(
+                Code::HeaderName,
+                &path!["redact", "headers", i],
+                format!("`{name}` is not a valid header name"),
+            );
+        }
+    }
+    Redaction::new(&redact.body, &redact.headers)
 }
 
 fn check_pointer(c: &mut Checker<'_>, path: &[PathSegment], pointer: &str) {

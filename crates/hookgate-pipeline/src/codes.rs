@@ -222,6 +222,27 @@ that does not sign the URL. Remove it, or check whether another scheme was meant
 `--allow-unset-secrets`, and not reported for secrets that the pipeline's fixtures supply);
 `serve` refuses to start.";
 
+    PlaintextPayloads = "H0802", "stored payloads are not encrypted",
+"Without `payload_encryption` in the connector-instances file, event bodies, kept headers and
+rejected deliveries' bodies are stored as received. With it, each is sealed (AES-256-GCM)
+under the first listed key, and the key's id is kept with the row:
+
+    payload_encryption:
+      keys:
+        - id: k2
+          secret: { env: HOOKGATE_PAYLOAD_KEY }        # 32 random bytes, base64
+        - id: k1                                       # older rows; remove after
+          secret: { file: /run/secrets/payload-k1 }    # `hookgate keys rotate`";
+
+    PayloadKey = "H0803", "a payload key that cannot be used",
+"A payload key is 32 random bytes written in base64, as `openssl rand -base64 32` prints
+them, in the environment variable or file its `secret` names.
+
+    payload_encryption:
+      keys:
+        - id: k1
+          secret: { env: HOOKGATE_PAYLOAD_KEY }   # error[H0803]: 16 bytes; a key is 32 bytes";
+
     FixtureMismatch = "H0901", "a fixture's delivery does not produce what it expects",
 "The fixture's `expect:` differs from what the pipeline produced for its request. Either the
 pipeline changed on purpose (run `hookgate check --bless` and review the diff) or it broke.";

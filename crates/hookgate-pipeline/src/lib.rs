@@ -16,6 +16,7 @@ pub mod diagnostic;
 pub mod evaluate;
 pub mod fixture;
 pub mod model;
+pub mod redact;
 pub mod shape;
 pub mod template;
 #[macro_use]

@@ -78,6 +78,31 @@ pub struct Pipeline {
     #[serde(default = "default_retention")]
     #[schemars(with = "String")]
     pub retention: HumanDuration,
+    /// How long an event's body and kept headers are kept, e.g. `7d`: at most `retention`.
+    /// After it they are deleted (once the event's writes are finished) while the key,
+    /// fingerprint and evidence stay until `retention`, so redeliveries are still duplicates
+    /// but personal data is gone sooner. Without it, payloads go with their events.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub payload_retention: Option<HumanDuration>,
+    /// What operators never see of a payload: masked in `events show --body` and every other
+    /// view of a stored body or its headers. The stored payload is unchanged (the worker
+    /// renders from it).
+    #[serde(default)]
+    pub redact: Redact,
+}
+
+/// Parts of payloads masked wherever operators see them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Redact {
+    /// JSON pointers into the body; `*` stands for any member or item at its level, e.g.
+    /// `/customer/email` or `/items/*/card`.
+    #[serde(default)]
+    pub body: Vec<String>,
+    /// Header names (case-insensitive) whose values are masked.
+    #[serde(default)]
+    pub headers: Vec<String>,
 }
 
 fn default_retention() -> HumanDuration {
@@ -729,6 +754,29 @@ impl<'de> Deserialize<'de> for HumanDuration {
 #[serde(deny_unknown_fields)]
 pub struct InstancesFile {
     pub connectors: Vec<ConnectorInstance>,
+    /// Seals stored bodies and kept headers (AES-256-GCM) under a key given by secret
+    /// reference. Without it, payloads are stored in plaintext (`check` warns).
+    #[serde(default)]
+    pub payload_encryption: Option<PayloadEncryption>,
+}
+
+/// Keys for payloads at rest.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PayloadEncryption {
+    /// The first key seals new rows; every listed key opens the rows sealed under it. To
+    /// rotate, put a new key first and run `hookgate keys rotate`; remove an old key only once
+    /// rotation has finished.
+    pub keys: Vec<PayloadKeyRef>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PayloadKeyRef {
+    /// Recorded with every row sealed under this key; never reuse an id for another key.
+    pub id: String,
+    /// 32 random bytes in base64 (`openssl rand -base64 32`).
+    pub secret: SecretRef,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

@@ -381,11 +381,13 @@ fn sns_key_hosts_are_regional_endpoints_only() {
     );
 }
 
-/// The instances file is checked in one pass too: a duplicate name points at the first
-/// definition, and a wrong value does not hide the mistakes after it.
+/// The instances file is checked in one pass too: a duplicate name (of a connector or a
+/// payload key) points at the first definition, and a wrong value does not hide the mistakes
+/// after it.
 #[test]
 fn instances_report_every_mistake_and_where_a_duplicate_was_first_defined() {
-    let source = "connectors:\n  - name: crm\n    kind: mock\n  - name: crm\n    kind: mokc\n  - name: Sales\n    kind: salesforce\n";
+    let source = "connectors:\n  - name: crm\n    kind: mock\n  - name: crm\n    kind: mokc\n  - name: Sales\n    kind: salesforce\n\
+                  payload_encryption:\n  keys:\n    - id: k1\n      secret: { env: A }\n    - id: k1\n      secret: { env: B }\n    - id: K 2\n      secret: { env: C }\n";
     let (_, diagnostics) = load_instances("hookgate.yaml", source);
     let rendered: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -394,6 +396,8 @@ fn instances_report_every_mistake_and_where_a_duplicate_was_first_defined() {
             "hookgate.yaml:4:11: error[H0202]: duplicate connector name `crm`\n  = hint: targets name connector instances: make each name unique\n  = note: hookgate.yaml:2:11: first defined here",
             "hookgate.yaml:5:11: error[H0103]: unknown variant `mokc`\n  = hint: did you mean `mock`? supported: `mock`, `salesforce`, `hubspot`, `plugin`",
             "hookgate.yaml:6:11: error[H0201]: invalid connector name `Sales`\n  = hint: names use lowercase letters, digits, `-` and `_`, start with a letter, and have at most 64 characters",
+            "hookgate.yaml:12:11: error[H0202]: duplicate payload key id `k1`\n  = hint: each row records the id of its key: ids must be unique\n  = note: hookgate.yaml:10:11: first defined here",
+            "hookgate.yaml:14:11: error[H0201]: invalid payload key id `K 2`\n  = hint: names use lowercase letters, digits, `-` and `_`, start with a letter, and have at most 64 characters",
         ],
         "{rendered:#?}"
     );

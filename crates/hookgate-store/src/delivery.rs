@@ -33,6 +33,16 @@ pub mod state {
     pub const SKIPPED_STALE: &str = "skipped_stale";
 }
 
+/// What [`Store::replay_event`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// This many dead writes are pending again.
+    Queued(u64),
+    /// Refused: `payload_retention` deleted the payload at this time, so there is nothing to
+    /// render the writes from.
+    PayloadGone { purged_at_ms: i64 },
+}
+
 /// See [`Store::backlog`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backlog {
@@ -546,10 +556,19 @@ impl Store {
 
     /// Puts an event's dead items back to work, with their attempts reset. Returns how many.
     /// An item dead-lettered in doubt stays in doubt: it is looked up before it is written.
-    pub async fn replay_event(&self, event_id: i64, now_ms: i64) -> Result<u64> {
+    pub async fn replay_event(&self, event_id: i64, now_ms: i64) -> Result<Replay> {
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
             lock_event(&mut tx, event_id).await?;
+            // Nothing to write from: `payload_retention` deleted the body the writes render.
+            let purged: Option<Option<i64>> =
+                sqlx::query_scalar("SELECT payload_purged_at_ms FROM events WHERE id = $1")
+                    .bind(event_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if let Some(Some(purged_at_ms)) = purged {
+                return Ok(Replay::PayloadGone { purged_at_ms });
+            }
             // Evidence first: the operator's replay is part of the item's story.
             sqlx::query(
                 "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, action, outcome) \
@@ -571,7 +590,7 @@ impl Store {
             .rows_affected();
             sqlx::query(EVENT_STATE).bind(event_id).execute(&mut *tx).await?;
             tx.commit().await?;
-            Ok(replayed)
+            Ok(Replay::Queued(replayed))
         })
     }
 

@@ -134,11 +134,13 @@ macro_rules! read_on_both {
 }
 
 mod delivery;
+mod payloads;
 
 pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, CallKind, CallStart, EntityGuard, Finish,
-    LeasedItem, PoolUsage, state,
+    LeasedItem, PoolUsage, Replay, state,
 };
+pub use payloads::{PURGE_BATCH, PayloadTable, StoredPayload};
 
 /// Everything about one verified delivery that the inbox keeps.
 #[derive(Debug, Clone)]
@@ -154,6 +156,8 @@ pub struct NewDelivery<'a> {
     /// What a repeated delivery (duplicate or conflict) keeps of them: a bounded excerpt.
     pub headers_excerpt_json: &'a str,
     pub body: &'a [u8],
+    /// The key the body and both header texts are sealed under, or `None` for plaintext.
+    pub sealed_with: Option<&'a str>,
     /// The outbox items to create if the event is new.
     pub outbox: Vec<NewOutboxItem>,
 }
@@ -190,6 +194,8 @@ pub struct RejectedDelivery<'a> {
     pub reason: &'a str,
     pub headers_json: &'a str,
     pub body: &'a [u8],
+    /// The key the body and headers are sealed under, or `None` for plaintext.
+    pub sealed_with: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,12 +207,18 @@ pub struct EventRecord {
     pub fingerprint: String,
     pub event_type: Option<String>,
     pub received_at_ms: i64,
+    /// The stored header pairs as JSON, or their sealed form (see `sealed_with`).
     pub headers_json: String,
+    /// The raw body, or its sealed form; empty once `payload_purged_at_ms` is set.
     pub body: Vec<u8>,
     pub state: String,
     pub delivery_count: i64,
     pub conflict_count: i64,
     pub last_delivery_at_ms: i64,
+    /// The key the body and headers are sealed under; `None`: plaintext.
+    pub sealed_with: Option<String>,
+    /// When `payload_retention` deleted the body and headers.
+    pub payload_purged_at_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +250,8 @@ pub struct DeliveryRecord {
     pub reason: Option<String>,
     pub headers_json: String,
     pub body: Option<Vec<u8>>,
+    pub sealed_with: Option<String>,
+    pub payload_purged_at_ms: Option<i64>,
 }
 
 /// An event keeps the evidence rows (headers excerpt, and the body of a conflict) of at most
@@ -282,6 +296,9 @@ impl Store {
                 // With WAL, NORMAL survives a process crash but may lose the last commits on
                 // power loss; FULL syncs the WAL at every commit, so a 2xx is never taken back.
                 .synchronous(SqliteSynchronous::Full)
+                // Deleted content (a purged payload, a plaintext row re-sealed) is overwritten
+                // with zeros instead of lingering in free pages of the file.
+                .pragma("secure_delete", "ON")
                 .busy_timeout(Duration::from_secs(5))
                 .foreign_keys(true)
                 .disable_statement_logging();
@@ -479,8 +496,8 @@ impl Store {
             let mut tx = pool.begin().await?;
             let inserted: Option<i64> = sqlx::query_scalar(
                 "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, \
-                 headers, body, state, delivery_count, last_delivery_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $6) \
+                 headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $6, $10) \
                  ON CONFLICT (pipeline, scope, event_key) DO NOTHING RETURNING id",
             )
             .bind(delivery.pipeline)
@@ -492,6 +509,7 @@ impl Store {
             .bind(delivery.headers_json)
             .bind(delivery.body)
             .bind(if delivery.outbox.is_empty() { EVENT_STATE_DONE } else { EVENT_STATE_ACCEPTED })
+            .bind(delivery.sealed_with)
             .fetch_optional(&mut *tx)
             .await?;
 
@@ -561,7 +579,7 @@ impl Store {
             // only their counts on the event grow.
             sqlx::query(
                 "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
-                 fingerprint, headers, body) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 \
+                 fingerprint, headers, body, sealed_with) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $11 \
                  WHERE $3 = 'accepted' OR (SELECT COUNT(*) FROM deliveries WHERE event_id = $2 AND outcome = $3) < $10",
             )
             .bind(delivery.pipeline)
@@ -574,6 +592,7 @@ impl Store {
             .bind(headers)
             .bind(body)
             .bind(REPEATED_DELIVERIES_KEPT)
+            .bind(delivery.sealed_with)
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -586,14 +605,15 @@ impl Store {
     pub async fn record_rejection(&self, rejected: &RejectedDelivery<'_>) -> Result<i64> {
         on_both!(self, pool => {
             let id: i64 = sqlx::query_scalar(
-                "INSERT INTO deliveries (pipeline, outcome, received_at_ms, reason, headers, body) \
-                 VALUES ($1, 'rejected', $2, $3, $4, $5) RETURNING id",
+                "INSERT INTO deliveries (pipeline, outcome, received_at_ms, reason, headers, body, sealed_with) \
+                 VALUES ($1, 'rejected', $2, $3, $4, $5, $6) RETURNING id",
             )
             .bind(rejected.pipeline)
             .bind(rejected.received_at_ms)
             .bind(rejected.reason)
             .bind(rejected.headers_json)
             .bind(rejected.body)
+            .bind(rejected.sealed_with)
             .fetch_one(pool)
             .await?;
             Ok(id)
@@ -720,10 +740,10 @@ impl Store {
 }
 
 const EVENT_COLUMNS: &str = "SELECT id, pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, \
-    body, state, delivery_count, conflict_count, last_delivery_at_ms FROM events";
+    body, state, delivery_count, conflict_count, last_delivery_at_ms, sealed_with, payload_purged_at_ms FROM events";
 
 const DELIVERY_COLUMNS: &str = "SELECT id, pipeline, event_id, outcome, received_at_ms, event_key, fingerprint, \
-    reason, headers, body FROM deliveries";
+    reason, headers, body, sealed_with, payload_purged_at_ms FROM deliveries";
 
 fn event_from_row<R: Row>(row: &R) -> Result<EventRecord>
 where
@@ -731,6 +751,7 @@ where
     for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     Ok(EventRecord {
@@ -747,6 +768,8 @@ where
         delivery_count: row.try_get("delivery_count")?,
         conflict_count: row.try_get("conflict_count")?,
         last_delivery_at_ms: row.try_get("last_delivery_at_ms")?,
+        sealed_with: row.try_get("sealed_with")?,
+        payload_purged_at_ms: row.try_get("payload_purged_at_ms")?,
     })
 }
 
@@ -770,6 +793,8 @@ where
         reason: row.try_get("reason")?,
         headers_json: row.try_get("headers")?,
         body: row.try_get("body")?,
+        sealed_with: row.try_get("sealed_with")?,
+        payload_purged_at_ms: row.try_get("payload_purged_at_ms")?,
     })
 }
 

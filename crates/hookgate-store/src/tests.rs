@@ -34,6 +34,7 @@ fn delivery<'a>(key: &'a str, fingerprint: &'a str, body: &'a [u8]) -> NewDelive
         headers_json: r#"{"x-id":"1"}"#,
         headers_excerpt_json: r#"{"x-id":"1"}"#,
         body,
+        sealed_with: None,
         outbox: vec![
             NewOutboxItem {
                 target: "a".into(),
@@ -135,6 +136,7 @@ async fn rejected_deliveries_keep_their_body() {
             reason: "key: the body is not valid JSON",
             headers_json: "{}",
             body: &[0xff, 0x00, 0xfe],
+            sealed_with: None,
         };
         store.record_rejection(&rejected).await.unwrap();
         let kept = store.deliveries("p", "rejected").await.unwrap();
@@ -430,7 +432,7 @@ async fn a_write_dead_lettered_in_doubt_counts_as_applied_for_ordering() {
         );
         // Replayed, it is still in doubt: looked up before it is written. The doubted version
         // stays: a replay racing the lease of an older version must not let it through.
-        assert_eq!(store.replay_event(v5, 200).await.unwrap(), 1);
+        assert_eq!(store.replay_event(v5, 200).await.unwrap(), Replay::Queued(1));
         let replayed = store.lease("w", 200, 1_000, 10).await.unwrap().remove(0);
         assert!(replayed.in_doubt);
         assert!(store.entity_guard("p", "t", "E").await.unwrap().doubted.is_some());
@@ -566,7 +568,7 @@ async fn dead_letters_do_not_block_their_entity_and_can_be_replayed() {
         assert!(store.finish(&next[0], &finish(state::DONE, Some("2")), 101).await.unwrap());
 
         assert_eq!(store.dead_events(Some("p")).await.unwrap(), [first]);
-        assert_eq!(store.replay_event(first, 200).await.unwrap(), 1);
+        assert_eq!(store.replay_event(first, 200).await.unwrap(), Replay::Queued(1));
         assert_eq!(store.event(first).await.unwrap().unwrap().state, "accepted");
         let replayed = store.lease("w", 201, 1_000, 10).await.unwrap().remove(0);
         assert_eq!((replayed.event_id, replayed.attempts), (first, 1));
@@ -592,6 +594,7 @@ async fn retention_sweeps_finished_events_only() {
                 reason: "x",
                 headers_json: "[]",
                 body: b"x",
+                sealed_with: None,
             })
             .await
             .unwrap();
@@ -601,6 +604,59 @@ async fn retention_sweeps_finished_events_only() {
         assert!(store.event(pending).await.unwrap().is_some(), "never while an item is to do");
         assert!(store.event(recent).await.unwrap().is_some());
         assert!(store.deliveries("p", "rejected").await.unwrap().is_empty());
+    })
+    .await;
+}
+
+/// `payload_retention` empties bodies and headers of finished events only (the worker renders
+/// pending writes from theirs), and of every old delivery; the event, its key and fingerprint
+/// stay, so a redelivery is still a duplicate; replay is refused; the sweep works in batches.
+#[tokio::test]
+async fn payload_retention_keeps_events_and_dedupe_and_spares_pending_work() {
+    on_both_backends(|store| async move {
+        let finished = item(&store, "old-done", "E1", None, 10).await;
+        let pending = item(&store, "old-pending", "E2", None, 10).await;
+        let recent = item(&store, "new", "E3", None, 1_000).await;
+        let leased = store.lease("w", 100, 1_000, 10).await.unwrap();
+        let done = leased.iter().find(|i| i.event_id == finished).unwrap();
+        assert!(store.finish(done, &finish(state::DONE, None), 100).await.unwrap());
+        let rejected = store
+            .record_rejection(&RejectedDelivery {
+                pipeline: "p",
+                received_at_ms: 5,
+                reason: "x",
+                headers_json: r#"[["x-a","1"]]"#,
+                body: b"personal",
+                sealed_with: Some("k1"),
+            })
+            .await
+            .unwrap();
+
+        assert_eq!(store.purge_payloads("p", 500, 600).await.unwrap(), 1);
+        assert_eq!(store.purge_payloads("p", 500, 600).await.unwrap(), 0, "done once");
+        let purged = store.event(finished).await.unwrap().unwrap();
+        assert_eq!((purged.body.len(), purged.headers_json.as_str()), (0, "[]"));
+        assert_eq!((purged.payload_purged_at_ms, purged.sealed_with), (Some(600), None));
+        for kept in [pending, recent] {
+            let event = store.event(kept).await.unwrap().unwrap();
+            assert!(!event.body.is_empty() && event.payload_purged_at_ms.is_none(), "{event:?}");
+        }
+        let rows = store.deliveries("p", "rejected").await.unwrap();
+        assert_eq!(rows[0].id, rejected);
+        assert_eq!((rows[0].body.as_deref(), rows[0].payload_purged_at_ms), (None, Some(600)));
+        // Rotation has nothing left to do with a purged row.
+        let left = store.payloads_not_under(PayloadTable::Deliveries, "k2", 0, 10).await.unwrap();
+        assert!(left.iter().all(|r| r.id != rejected), "{left:?}");
+
+        let again = delivery("old-done", "old-done", b"{}");
+        assert_eq!(
+            store.record_intake(&again).await.unwrap(),
+            IntakeRecord::Duplicate { event_id: finished }
+        );
+        assert_eq!(
+            store.replay_event(finished, 700).await.unwrap(),
+            Replay::PayloadGone { purged_at_ms: 600 }
+        );
     })
     .await;
 }

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use hookgate_engine::seal::Keyring;
 use hookgate_pipeline::model::SecretRef;
 use hookgate_pipeline::{
     Code, CompiledPipeline, Diagnostic, Instances, Pos, Span, load_fixture, load_instances,
@@ -136,6 +137,9 @@ pub fn load(options: &Options) -> Project {
                 .filter(|(instance, _, _)| used.contains(instance.as_str()))
                 .map(|(_, r, p)| (instances.file.as_str(), r, *p)),
         );
+        references.extend(
+            instances.payload_keys.iter().map(|(_, r, p)| (instances.file.as_str(), r, *p)),
+        );
     }
     // Names a pipeline's fixtures supply: `check` runs those fixtures with them, so their
     // absence from the environment is not worth a warning (a set but unusable value still is).
@@ -186,6 +190,23 @@ pub fn load(options: &Options) -> Project {
                         ),
                     )
                     .with_hint("check that the value is the one the sender gives for this scheme"),
+                );
+            }
+        }
+    }
+    // A payload key that is set must be one: 32 bytes in base64.
+    if let Some(instances) = &instances {
+        for (id, reference, pos) in &instances.payload_keys {
+            let Ok(secret) = options.resolver.resolve(reference) else { continue };
+            if let Err(error) = Keyring::new([(id.as_str(), secret.expose())]) {
+                diagnostics.push(
+                    Diagnostic::error(
+                        Code::PayloadKey,
+                        &instances.file,
+                        Span { start: *pos, end: *pos },
+                        format!("{reference}: {error}"),
+                    )
+                    .with_hint("make a key with `openssl rand -base64 32`"),
                 );
             }
         }

@@ -19,8 +19,9 @@ use hookgate_server::ServerConfig;
 use hookgate_store::{EventFilter, StoreOptions, state};
 use hookgate_verify::{Algorithm, Encoding, compute_mac};
 
+use crate::payloads::Views;
 use crate::serve::{self, ServeOptions};
-use crate::{connectors, events, secrets};
+use crate::{check, connectors, events, secrets};
 
 const GITHUB_SECRET: &str = "demo-github-secret";
 const STRIPE_SECRET: &str = "whsec_demo_stripe_secret";
@@ -56,10 +57,12 @@ pub async fn run(options: DemoOptions) -> Result<String> {
         &instances,
         format!(
             // Every CRM of the shipped pipelines is a mock here, with the same faults.
-            "connectors:\n{}{}{}",
+            "connectors:\n{}{}{}{}",
             mock_instance("crm", &dir),
             mock_instance("salesforce", &dir),
-            mock_instance("hubspot", &dir)
+            mock_instance("hubspot", &dir),
+            // Payloads are sealed at rest, as production should have them.
+            "payload_encryption:\n  keys:\n    - id: demo-k1\n      secret: { env: HOOKGATE_DEMO_PAYLOAD_KEY }\n",
         ),
     )?;
     let resolver = secrets::Resolver::Fixed(HashMap::from([
@@ -69,7 +72,18 @@ pub async fn run(options: DemoOptions) -> Result<String> {
         ("CRM_PARTNER_SECRET".to_owned(), PARTNER_SECRET.to_owned()),
         ("SHOPIFY_WEBHOOK_SECRET".to_owned(), "demo-shopify-secret".to_owned()),
         ("SIGNUPS_SECRET".to_owned(), "demo-signups-secret".to_owned()),
+        // A demo key, public like the demo's secrets: never one to keep data under.
+        (
+            "HOOKGATE_DEMO_PAYLOAD_KEY".to_owned(),
+            "ZGVtby1vbmx5LWRlbW8tb25seS1kZW1vLW9ubHktMzI=".to_owned(),
+        ),
     ]));
+    let views = Views::load(&check::Options {
+        paths: vec![options.pipelines.clone()],
+        instances: instances.clone(),
+        secrets: check::SecretPolicy::Allow,
+        resolver: resolver.clone(),
+    });
     let running = serve::start(ServeOptions {
         database_url: format!("sqlite://{}", dir.join("hookgate.db").display()),
         listen: Some("127.0.0.1:0".parse()?),
@@ -261,7 +275,7 @@ pub async fn run(options: DemoOptions) -> Result<String> {
             "\nThe story of event {} (`hookgate events show {}`):",
             event.id, event.id
         );
-        out.push_str(&events::story(&store, event).await?);
+        out.push_str(&events::story(&store, &views, event).await?);
     }
     crm.close().await;
     running.stop().await;

@@ -9,10 +9,13 @@ use anyhow::{Result, bail};
 use base64::Engine as _;
 use hookgate_engine::now_ms;
 use hookgate_pipeline::evaluate::printable;
-use hookgate_store::{DeliveryRecord, EVENT_STATES, EventFilter, EventRecord, Store};
+use hookgate_pipeline::redact::ShownBody;
+use hookgate_store::{DeliveryRecord, EVENT_STATES, EventFilter, EventRecord, Replay, Store};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+
+use crate::payloads::Views;
 
 /// Identifiers from senders (keys, scopes, entities) are shown up to this many characters.
 const ID_CHARS_MAX: usize = 200;
@@ -104,7 +107,51 @@ fn event_json(event: &EventRecord) -> Value {
         "deliveries": event.delivery_count,
         "conflicts": event.conflict_count,
         "fingerprint": event.fingerprint,
+        "sealed_with": event.sealed_with,
+        "payload_deleted_at": event.payload_purged_at_ms.map(timestamp),
     })
+}
+
+/// A stored body as it may be shown: masked per its pipeline's `redact`, or withheld; and
+/// what was done to it, if anything.
+fn masked<'a>(
+    views: &Views,
+    pipeline: &str,
+    body: &'a [u8],
+) -> (std::borrow::Cow<'a, [u8]>, Option<&'static str>) {
+    use std::borrow::Cow;
+    match views.shown_body(pipeline, body) {
+        ShownBody::AsStored(body) if views.unknown(pipeline) && !body.is_empty() => (
+            Cow::Borrowed(body),
+            Some("the pipeline is not in the loaded configuration: nothing redacted"),
+        ),
+        ShownBody::AsStored(body) => (Cow::Borrowed(body), None),
+        ShownBody::Masked(body) => (Cow::Owned(body), Some("redacted")),
+        ShownBody::Withheld => (
+            Cow::Borrowed(&[][..]),
+            Some("withheld: not JSON, and the pipeline redacts members of its bodies"),
+        ),
+    }
+}
+
+/// [`body_json`] of a body as it may be shown.
+fn shown_body_json(views: &Views, pipeline: &str, body: &[u8]) -> Value {
+    let (shown, note) = masked(views, pipeline, body);
+    let mut value = body_json(&shown);
+    if let (Value::Object(map), Some(note)) = (&mut value, note) {
+        map.insert("redaction".into(), note.into());
+    }
+    value
+}
+
+/// [`body_text`] of a body as it may be shown.
+fn shown_body_text(views: &Views, pipeline: &str, title: &str, body: &[u8]) -> String {
+    let (shown, note) = masked(views, pipeline, body);
+    let title = match note {
+        Some(note) => format!("{title} [{note}]"),
+        None => title.to_owned(),
+    };
+    body_text(&title, &shown)
 }
 
 /// The part of a body that is shown: at most [`BODY_BYTES_SHOWN_MAX`] bytes, not cutting a
@@ -199,6 +246,7 @@ pub async fn list(store: &Store, filter: &EventFilter, json: bool) -> Result<Str
 /// Refused deliveries (signed correctly, then rejected), newest first, one page.
 pub async fn rejected(
     store: &Store,
+    views: &Views,
     pipeline: Option<&str>,
     before_id: Option<i64>,
     limit: i64,
@@ -211,8 +259,11 @@ pub async fn rejected(
     if json {
         for row in &rows {
             let mut line = rejected_json(row);
-            if body && let (Value::Object(map), Some(stored)) = (&mut line, &row.body) {
-                map.insert("body".into(), body_json(stored));
+            if body
+                && let (Value::Object(map), Some(opened)) =
+                    (&mut line, views.open_delivery_body(row)?)
+            {
+                map.insert("body".into(), shown_body_json(views, &row.pipeline, &opened));
             }
             out.push_str(&json_line(&line));
         }
@@ -227,8 +278,8 @@ pub async fn rejected(
                 row.pipeline,
                 printable(row.reason.as_deref().unwrap_or("-"), TEXT_CHARS_MAX)
             );
-            if body && let Some(stored) = &row.body {
-                out.push_str(&body_text("  body", stored));
+            if body && let Some(opened) = views.open_delivery_body(row)? {
+                out.push_str(&shown_body_text(views, &row.pipeline, "  body", &opened));
             }
         }
         let _ = writeln!(out, "{}", plural(rows.len(), "rejected delivery", "rejected deliveries"));
@@ -249,26 +300,40 @@ fn rejected_json(row: &DeliveryRecord) -> Value {
 
 /// The whole story of one event: receipt, identity, every delivery, every item and attempt;
 /// with `body`, the stored body too.
-pub async fn show(store: &Store, id: i64, body: bool, json: bool) -> Result<String> {
+pub async fn show(store: &Store, views: &Views, id: i64, body: bool, json: bool) -> Result<String> {
     let Some(event) = store.event(id).await? else { bail!("no event {id}") };
     if json {
-        return story_json(store, &event, body).await;
+        return story_json(store, views, &event, body).await;
     }
-    let mut out = story(store, &event).await?;
+    let mut out = story(store, views, &event).await?;
     if body {
-        out.push_str(&body_text("body", &event.body));
+        if let Some(purged) = event.payload_purged_at_ms {
+            let _ = writeln!(out, "body (deleted at {} by payload_retention)", timestamp(purged));
+        } else {
+            let (opened, headers) = views.open_event(&event)?;
+            let _ = writeln!(out, "headers ({})", headers.len());
+            for [name, value] in views.shown_headers(&event.pipeline, &headers) {
+                let _ = writeln!(out, "  {}: {}", shown(&name), printable(&value, TEXT_CHARS_MAX));
+            }
+            out.push_str(&shown_body_text(views, &event.pipeline, "body", &opened));
+        }
         // Conflicting deliveries keep their own body beside the original's.
         for delivery in store.deliveries_for(event.id).await? {
-            if let Some(kept) = &delivery.body {
+            if let Some(kept) = views.open_delivery_body(&delivery)? {
                 let title = format!("body of delivery {} ({})", delivery.id, delivery.outcome);
-                out.push_str(&body_text(&title, kept));
+                out.push_str(&shown_body_text(views, &event.pipeline, &title, &kept));
             }
         }
     }
     Ok(out)
 }
 
-async fn story_json(store: &Store, event: &EventRecord, body: bool) -> Result<String> {
+async fn story_json(
+    store: &Store,
+    views: &Views,
+    event: &EventRecord,
+    body: bool,
+) -> Result<String> {
     let mut object = event_json(event);
     let deliveries: Vec<Value> = store
         .deliveries_for(event.id)
@@ -282,12 +347,14 @@ async fn story_json(store: &Store, event: &EventRecord, body: bool) -> Result<St
                 "fingerprint": d.fingerprint,
                 "body_bytes": d.body.as_ref().map(Vec::len),
             });
-            if body && let (Value::Object(map), Some(kept)) = (&mut line, &d.body) {
-                map.insert("body".into(), body_json(kept));
+            if body
+                && let (Value::Object(map), Some(kept)) = (&mut line, views.open_delivery_body(d)?)
+            {
+                map.insert("body".into(), shown_body_json(views, &event.pipeline, &kept));
             }
-            line
+            Ok(line)
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let items = store.outbox_for(event.id).await?;
     let writes: Vec<Value> = items
         .iter()
@@ -330,14 +397,72 @@ async fn story_json(store: &Store, event: &EventRecord, body: bool) -> Result<St
         map.insert("delivery_list".into(), deliveries.into());
         map.insert("writes".into(), writes.into());
         map.insert("attempts".into(), attempts.into());
-        if body {
-            map.insert("body".into(), body_json(&event.body));
+        map.insert("payload".into(), payload_json(views, event));
+        if body && event.payload_purged_at_ms.is_none() {
+            let (opened, headers) = views.open_event(event)?;
+            let headers: Vec<Value> = views
+                .shown_headers(&event.pipeline, &headers)
+                .into_iter()
+                .map(|[n, v]| json!([n, v]))
+                .collect();
+            map.insert("headers".into(), headers.into());
+            map.insert("body".into(), shown_body_json(views, &event.pipeline, &opened));
         }
     }
     Ok(json_line(&object))
 }
 
-pub async fn story(store: &Store, event: &EventRecord) -> Result<String> {
+/// A duration as pipelines write it: `30d`, `12h`, `90m`, `45s`.
+fn duration_text(duration: std::time::Duration) -> String {
+    let secs = duration.as_secs();
+    match secs {
+        0 => "0s".to_owned(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// How long an event's payload is kept, and whether it is still there.
+fn payload_json(views: &Views, event: &EventRecord) -> Value {
+    let policy = views.policy(&event.pipeline);
+    json!({
+        "sealed_with": event.sealed_with,
+        "deleted_at": event.payload_purged_at_ms.map(timestamp),
+        "retention_secs": policy.map(|p| p.retention.as_secs()),
+        "payload_retention_secs": policy.and_then(|p| p.payload_retention).map(|d| d.as_secs()),
+    })
+}
+
+/// The payload line of a story: kept or deleted, sealed or not, and which retention applies.
+fn payload_text(views: &Views, event: &EventRecord) -> String {
+    let days = duration_text;
+    if let Some(purged) = event.payload_purged_at_ms {
+        return format!(
+            "deleted at {} by payload_retention; key, fingerprint and evidence kept until retention",
+            timestamp(purged)
+        );
+    }
+    let sealed = match &event.sealed_with {
+        Some(key) => format!("{} bytes sealed under key `{}`", event.body.len(), shown(key)),
+        None => format!("{} bytes, plaintext", event.body.len()),
+    };
+    let rule = match views.policy(&event.pipeline) {
+        Some(policy) => match policy.payload_retention {
+            Some(payload) => format!(
+                "payload_retention {} (once its writes finish), then the event at retention {}",
+                days(payload),
+                days(policy.retention)
+            ),
+            None => format!("kept with the event: retention {}", days(policy.retention)),
+        },
+        None => "retention unknown: the pipeline is not in the loaded configuration".to_owned(),
+    };
+    format!("{sealed}; {rule}")
+}
+
+pub async fn story(store: &Store, views: &Views, event: &EventRecord) -> Result<String> {
     let mut out = String::new();
     let _ = writeln!(out, "event {}  pipeline {}  state {}", event.id, event.pipeline, event.state);
     let _ = writeln!(out, "  key          {}", shown(&event.key));
@@ -354,7 +479,7 @@ pub async fn story(store: &Store, event: &EventRecord) -> Result<String> {
     let _ =
         writeln!(out, "  received     {} (signature verified)", timestamp(event.received_at_ms));
     let _ = writeln!(out, "  fingerprint  {}", event.fingerprint);
-    let _ = writeln!(out, "  body         {} bytes", event.body.len());
+    let _ = writeln!(out, "  payload      {}", payload_text(views, event));
     let _ = writeln!(
         out,
         "deliveries ({} received, {} conflicting)",
@@ -432,7 +557,14 @@ pub async fn replay(store: &Store, id: i64, json: bool) -> Result<String> {
     if store.event(id).await?.is_none() {
         bail!("no event {id}");
     }
-    let replayed = store.replay_event(id, now_ms()).await?;
+    let replayed = match store.replay_event(id, now_ms()).await? {
+        Replay::Queued(replayed) => replayed,
+        Replay::PayloadGone { purged_at_ms } => bail!(
+            "event {id} cannot be replayed: its payload was deleted at {} by payload_retention, so \
+             there is nothing to write from (its key, fingerprint and evidence are kept)",
+            timestamp(purged_at_ms)
+        ),
+    };
     Ok(if json {
         json_line(&json!({ "event": id, "queued": replayed }))
     } else {
@@ -445,12 +577,26 @@ pub async fn replay_dead(store: &Store, pipeline: Option<&str>, json: bool) -> R
     let mut out = String::new();
     let mut total = 0;
     for id in store.dead_events(pipeline).await? {
-        let queued = store.replay_event(id, now_ms()).await?;
-        total += queued;
-        if json {
-            out.push_str(&json_line(&json!({ "event": id, "queued": queued })));
-        } else {
-            let _ = writeln!(out, "event {id}: queued again");
+        match store.replay_event(id, now_ms()).await? {
+            Replay::Queued(queued) => {
+                total += queued;
+                if json {
+                    out.push_str(&json_line(&json!({ "event": id, "queued": queued })));
+                } else {
+                    let _ = writeln!(out, "event {id}: queued again");
+                }
+            }
+            Replay::PayloadGone { purged_at_ms } => {
+                let deleted = timestamp(purged_at_ms);
+                if json {
+                    out.push_str(&json_line(&json!({ "event": id, "queued": 0, "refused": "payload deleted", "payload_deleted_at": deleted })));
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "event {id}: not replayed: its payload was deleted at {deleted} by payload_retention"
+                    );
+                }
+            }
         }
     }
     if !json {

@@ -7,6 +7,7 @@
 //! - [`serve`]: intake, workers and retention, run together.
 //! - [`connectors`]: connector instances built from `hookgate.yaml`.
 //! - [`events`]: the evidence, rendered for operators.
+//! - [`payloads`]: stored payloads opened and masked for views; payload keys and rotation.
 //! - [`demo`]: the whole path on embedded defaults, shown.
 //! - [`sign`]: signature headers for fixtures.
 //! - [`check`]: `hookgate check` (and `cargo xtask check`): pipelines, connector instances,
@@ -18,6 +19,7 @@ pub mod demo;
 pub mod events;
 pub mod files;
 pub mod fixture_new;
+pub mod payloads;
 pub mod render;
 pub mod schemas;
 pub mod secrets;

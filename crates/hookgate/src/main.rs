@@ -104,13 +104,27 @@ enum Command {
         /// `--pipeline` values even before any event arrives.
         #[arg(
             long,
+            global = true,
             env = "HOOKGATE_PIPELINES",
             value_delimiter = ',',
             default_value = "pipelines"
         )]
         pipelines: Vec<PathBuf>,
+        /// The connector-instances file: its payload keys open sealed payloads.
+        #[arg(long, global = true, env = "HOOKGATE_INSTANCES", default_value = "hookgate.yaml")]
+        instances: PathBuf,
         #[command(subcommand)]
         command: EventsCommand,
+    },
+    /// Payload keys: re-seal stored payloads under the current key.
+    Keys {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        /// The connector-instances file, whose `payload_encryption.keys` lists the keys.
+        #[arg(long, global = true, env = "HOOKGATE_INSTANCES", default_value = "hookgate.yaml")]
+        instances: PathBuf,
+        #[command(subcommand)]
+        command: KeysCommand,
     },
     /// Inspect a mock CRM: its records and its effect log.
     Crm {
@@ -293,6 +307,33 @@ enum FixtureCommand {
         /// For public-key schemes: the sender's private key.
         #[arg(long)]
         private_key: Option<PathBuf>,
+    },
+}
+
+/// The connector-instances file, loaded for a command that needs it whole.
+fn load_instances_file(path: &std::path::Path) -> Result<hookgate_pipeline::Instances> {
+    let source = hookgate::files::read_config(path).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let (loaded, diagnostics) =
+        hookgate_pipeline::load_instances(&path.display().to_string(), &source);
+    match loaded.filter(|_| !diagnostics.iter().any(|d| d.is_error())) {
+        Some(loaded) => Ok(loaded),
+        None => {
+            let text: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+            anyhow::bail!("{} has errors:\n{}", path.display(), text.join("\n"))
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Re-seal every stored payload that is not under the first listed key (plaintext rows
+    /// too), a batch at a time. Safe beside `serve`, and resumable: run it again after an
+    /// interruption. Remove an old key from the file only after a run that re-sealed
+    /// everything.
+    Rotate {
+        /// Rows read per batch.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..=10_000))]
+        batch: i64,
     },
 }
 
@@ -591,8 +632,49 @@ async fn run(command: Command) -> Result<()> {
             })
             .await
         }
-        Command::Events { database, pipelines, command } => {
+        Command::Keys { database, instances, command: KeysCommand::Rotate { batch } } => {
+            let loaded = load_instances_file(&instances)?;
+            let Some(keyring) = hookgate::payloads::keyring(&loaded, &Default::default())? else {
+                anyhow::bail!(
+                    "{} configures no `payload_encryption`: there is no key to rotate to",
+                    instances.display()
+                );
+            };
+            let store = Store::open_existing(
+                &database.database_url,
+                &database.store_options(),
+                Access::ReadWrite,
+            )
+            .await
+            .with_context(|| {
+                format!("cannot open the store at {}", serve::redact_url(&database.database_url))
+            })?;
+            let rotation = hookgate::payloads::rotate(&store, &keyring, batch, |table, done| {
+                eprintln!("{table}: {done} rows re-sealed so far");
+            })
+            .await;
+            store.close().await;
+            let rotation = rotation?;
+            for (table, done) in &rotation.resealed {
+                println!("{table}: {done} rows re-sealed under key `{}`", keyring.current());
+            }
+            if rotation.skipped > 0 {
+                println!(
+                    "{} rows changed meanwhile (purged or re-sealed) and were left",
+                    rotation.skipped
+                );
+            }
+            println!("every stored payload is sealed under key `{}`", keyring.current());
+            Ok(())
+        }
+        Command::Events { database, pipelines, instances, command } => {
             let configured = check::pipeline_names(&pipelines);
+            let views = hookgate::payloads::Views::load(&Options {
+                paths: pipelines.clone(),
+                instances,
+                secrets: SecretPolicy::Allow,
+                resolver: Default::default(),
+            });
             // Only replay writes; nothing here creates or migrates a database.
             let access = match command {
                 EventsCommand::Replay { .. } => Access::ReadWrite,
@@ -619,13 +701,13 @@ async fn run(command: Command) -> Result<()> {
                     events::list(&store, &filter, json).await?
                 }
                 EventsCommand::Show { id, body, json } => {
-                    events::show(&store, id, body, json).await?
+                    events::show(&store, &views, id, body, json).await?
                 }
                 EventsCommand::Rejected { pipeline, body, page } => {
                     let PageArgs { limit, after, json } = page;
                     let pipeline = pipeline.as_deref();
                     events::check_filters(&store, &configured, pipeline, None, limit).await?;
-                    events::rejected(&store, pipeline, after, limit, body, json).await?
+                    events::rejected(&store, &views, pipeline, after, limit, body, json).await?
                 }
                 EventsCommand::Replay { id: Some(id), json, .. } => {
                     events::replay(&store, id, json).await?
@@ -642,14 +724,7 @@ async fn run(command: Command) -> Result<()> {
             Ok(())
         }
         Command::Crm { instances, connector, command } => {
-            let source =
-                hookgate::files::read_config(&instances).map_err(|d| anyhow::anyhow!("{d}"))?;
-            let (loaded, diagnostics) =
-                hookgate_pipeline::load_instances(&instances.display().to_string(), &source);
-            let Some(loaded) = loaded.filter(|_| !diagnostics.iter().any(|d| d.is_error())) else {
-                let text: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
-                anyhow::bail!("{}", text.join("\n"));
-            };
+            let loaded = load_instances_file(&instances)?;
             let crm = connectors::mock(&loaded, &connector).await?;
             match command {
                 CrmCommand::Records { object, json } => {

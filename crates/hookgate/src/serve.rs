@@ -17,7 +17,7 @@ use hookgate_engine::{
 };
 use hookgate_pipeline::Instances;
 use hookgate_server::ServerConfig;
-use hookgate_store::{Store, StoreOptions};
+use hookgate_store::{PURGE_BATCH, Store, StoreOptions};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -194,11 +194,37 @@ async fn sweep(gateway: Gateway, shutdown: impl Future<Output = ()>) {
                 }
                 Err(error) => tracing::warn!(%error, "retention sweep failed"),
             }
+            if let Some(payload_retention) = pipeline.compiled.payload_retention {
+                purge_payloads(&gateway, &pipeline.compiled.name, now, payload_retention).await;
+            }
         }
         tokio::select! {
             () = &mut shutdown => return,
             () = tokio::time::sleep(SWEEP_INTERVAL) => {}
         }
+    }
+}
+
+/// Deletes the payloads of `pipeline` older than `payload_retention`, a batch at a time.
+async fn purge_payloads(gateway: &Gateway, pipeline: &str, now: i64, payload_retention: Duration) {
+    let age = i64::try_from(payload_retention.as_millis()).unwrap_or(i64::MAX);
+    let mut purged = 0;
+    loop {
+        match gateway.store().purge_payloads(pipeline, now.saturating_sub(age), now).await {
+            Ok(batch) => {
+                purged += batch;
+                if batch < u64::try_from(PURGE_BATCH).unwrap_or(u64::MAX) {
+                    break;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, pipeline, "payload retention sweep failed");
+                break;
+            }
+        }
+    }
+    if purged > 0 {
+        tracing::info!(pipeline, purged, "payload retention sweep: bodies and headers deleted");
     }
 }
 
@@ -252,8 +278,14 @@ async fn build_gateway(options: &ServeOptions) -> Result<(Gateway, Instances)> {
         };
         served.push(ServedPipeline::with_keys(compiled, verifier, fetcher));
     }
+    let keyring = crate::payloads::keyring(&instances, &options.resolver)?;
     let store = open_store(&options.database_url, &options.store).await?;
-    Ok((Gateway::new(store, served), instances))
+    let gateway = Gateway::new(store, served);
+    let gateway = match keyring {
+        Some(keyring) => gateway.with_keyring(keyring),
+        None => gateway,
+    };
+    Ok((gateway, instances))
 }
 
 pub async fn open_store(url: &str, options: &StoreOptions) -> Result<Store> {

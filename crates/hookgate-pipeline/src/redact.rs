@@ -1,0 +1,148 @@
+//! Masking what operators see of a stored payload (`redact:`). The stored payload is never
+//! changed: the worker renders from it. Views (`events show --body`, and whatever shows a
+//! body or headers to people) pass it through a [`Redaction`] first.
+
+use std::borrow::Cow;
+
+/// What a masked value is replaced by.
+pub const MASK: &str = "[redacted]";
+
+/// A pipeline's `redact:` rules, compiled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Redaction {
+    /// Each pointer as its unescaped segments; `*` matches any member or item.
+    body: Vec<Vec<String>>,
+    /// Lowercased header names.
+    headers: Vec<String>,
+}
+
+/// A body as it may be shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShownBody<'a> {
+    /// Nothing to mask, or nothing matched: the body as stored.
+    AsStored(&'a [u8]),
+    /// JSON with the listed members masked (re-serialised, so spacing may differ).
+    Masked(Vec<u8>),
+    /// The pipeline masks members of its bodies, and this one is not JSON: it is not shown,
+    /// since what should be masked cannot be found in it.
+    Withheld,
+}
+
+impl Redaction {
+    pub fn new(pointers: &[String], headers: &[String]) -> Redaction {
+        let body = pointers
+            .iter()
+            .filter_map(|p| p.strip_prefix('/'))
+            .map(|rest| rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect())
+            .collect();
+        let headers = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+        Redaction { body, headers }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.body.is_empty() && self.headers.is_empty()
+    }
+
+    /// The body with every member a pointer names replaced by [`MASK`].
+    pub fn body<'a>(&self, body: &'a [u8]) -> ShownBody<'a> {
+        if self.body.is_empty() || body.is_empty() {
+            return ShownBody::AsStored(body);
+        }
+        let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return ShownBody::Withheld;
+        };
+        let mut masked = 0;
+        for pointer in &self.body {
+            masked += mask(&mut value, pointer);
+        }
+        if masked == 0 {
+            return ShownBody::AsStored(body);
+        }
+        ShownBody::Masked(serde_json::to_vec(&value).unwrap_or_else(|_| MASK.as_bytes().to_vec()))
+    }
+
+    /// Whether a header's value is masked.
+    pub fn masks_header(&self, name: &str) -> bool {
+        self.headers.iter().any(|h| h.eq_ignore_ascii_case(name))
+    }
+
+    /// Header pairs with masked values.
+    pub fn header_pairs<'a>(&self, pairs: &'a [[String; 2]]) -> Vec<[Cow<'a, str>; 2]> {
+        pairs
+            .iter()
+            .map(|[name, value]| {
+                let value = if self.masks_header(name) {
+                    Cow::Borrowed(MASK)
+                } else {
+                    Cow::Borrowed(value.as_str())
+                };
+                [Cow::Borrowed(name.as_str()), value]
+            })
+            .collect()
+    }
+}
+
+/// Masks what `path` names under `value`; returns how many values were masked.
+fn mask(value: &mut serde_json::Value, path: &[String]) -> usize {
+    let Some((first, rest)) = path.split_first() else {
+        *value = serde_json::Value::String(MASK.to_owned());
+        return 1;
+    };
+    match value {
+        serde_json::Value::Object(map) if first == "*" => {
+            map.values_mut().map(|v| mask(v, rest)).sum()
+        }
+        serde_json::Value::Object(map) => map.get_mut(first).map_or(0, |v| mask(v, rest)),
+        serde_json::Value::Array(items) if first == "*" => {
+            items.iter_mut().map(|v| mask(v, rest)).sum()
+        }
+        serde_json::Value::Array(items) => {
+            first.parse::<usize>().ok().and_then(|i| items.get_mut(i)).map_or(0, |v| mask(v, rest))
+        }
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(pointers: &[&str], headers: &[&str]) -> Redaction {
+        let own = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        Redaction::new(&own(pointers), &own(headers))
+    }
+
+    #[test]
+    fn named_members_and_wildcards_are_masked_and_the_rest_kept() {
+        let redaction = rules(&["/customer/email", "/items/*/card", "/a~1b"], &[]);
+        let body = br#"{"customer":{"email":"ann@example.com","name":"Ann"},"items":[{"card":"4242","sku":"x"},{"card":{"n":1}}],"a/b":1}"#;
+        let ShownBody::Masked(shown) = redaction.body(body) else { panic!("not masked") };
+        let shown: serde_json::Value = serde_json::from_slice(&shown).unwrap();
+        assert_eq!(
+            shown,
+            serde_json::json!({"customer":{"email":MASK,"name":"Ann"},"items":[{"card":MASK,"sku":"x"},{"card":MASK}],"a/b":MASK})
+        );
+    }
+
+    #[test]
+    fn bodies_without_the_members_are_shown_as_stored_and_others_withheld() {
+        let redaction = rules(&["/customer/email"], &[]);
+        assert_eq!(redaction.body(br#"{"id":1}"#), ShownBody::AsStored(br#"{"id":1}"#));
+        assert_eq!(redaction.body(b"email=ann%40example.com"), ShownBody::Withheld);
+        assert_eq!(rules(&[], &[]).body(b"not json"), ShownBody::AsStored(b"not json"));
+        // A purged payload is empty: nothing to withhold.
+        assert_eq!(redaction.body(b""), ShownBody::AsStored(b""));
+    }
+
+    #[test]
+    fn header_values_are_masked_by_name_whatever_the_case() {
+        let redaction = rules(&[], &["X-Customer-Email"]);
+        let pairs = [
+            ["x-customer-email".to_owned(), "ann@example.com".to_owned()],
+            ["x-request-id".to_owned(), "r1".to_owned()],
+        ];
+        let shown = redaction.header_pairs(&pairs);
+        assert_eq!(shown[0][1], MASK);
+        assert_eq!(shown[1][1], "r1");
+    }
+}

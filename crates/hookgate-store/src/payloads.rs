@@ -1,0 +1,148 @@
+//! Stored payloads apart from their evidence: `payload_retention` deletes bodies and headers
+//! while events stay (so dedupe holds for the whole `retention`), and key rotation re-seals
+//! rows one at a time.
+//!
+//! The store never encrypts nor decrypts: the engine seals, and the store keeps bytes and the
+//! key id they are sealed under (`sealed_with`, NULL for plaintext).
+
+use sqlx::Row;
+
+use crate::{Result, Store};
+
+/// The two tables that hold payloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadTable {
+    /// An event's body and stored headers.
+    Events,
+    /// A delivery's headers excerpt, and the body of a conflict or a rejected delivery.
+    Deliveries,
+}
+
+impl PayloadTable {
+    pub fn name(self) -> &'static str {
+        match self {
+            PayloadTable::Events => "events",
+            PayloadTable::Deliveries => "deliveries",
+        }
+    }
+}
+
+/// One row's payload as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPayload {
+    pub id: i64,
+    pub pipeline: String,
+    pub sealed_with: Option<String>,
+    pub headers: String,
+    pub body: Option<Vec<u8>>,
+}
+
+/// Rows changed per statement by [`Store::purge_payloads`]: short transactions, so intake and
+/// workers are not held up behind one large update.
+pub const PURGE_BATCH: i64 = 500;
+
+impl Store {
+    /// Deletes the bodies and headers of up to [`PURGE_BATCH`] events of `pipeline` received
+    /// before `cutoff_ms`, and of their deliveries. An event whose writes are not finished
+    /// keeps its payload until they are (the worker renders from it). Returns how many events
+    /// were purged; call again while that is [`PURGE_BATCH`].
+    pub async fn purge_payloads(&self, pipeline: &str, cutoff_ms: i64, now_ms: i64) -> Result<u64> {
+        on_both!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let purged = sqlx::query(
+                "UPDATE events SET body = $4, headers = '[]', sealed_with = NULL, payload_purged_at_ms = $3 \
+                 WHERE id IN (SELECT id FROM events WHERE pipeline = $1 AND received_at_ms < $2 \
+                 AND payload_purged_at_ms IS NULL \
+                 AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id AND outbox.state IN ('pending', 'in_flight')) \
+                 ORDER BY received_at_ms LIMIT $5)",
+            )
+            .bind(pipeline)
+            .bind(cutoff_ms)
+            .bind(now_ms)
+            .bind(Vec::<u8>::new())
+            .bind(PURGE_BATCH)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            // Deliveries are evidence only: nothing renders from them.
+            sqlx::query(
+                "UPDATE deliveries SET body = NULL, headers = '[]', sealed_with = NULL, payload_purged_at_ms = $3 \
+                 WHERE id IN (SELECT id FROM deliveries WHERE pipeline = $1 AND received_at_ms < $2 \
+                 AND payload_purged_at_ms IS NULL ORDER BY received_at_ms LIMIT $4)",
+            )
+            .bind(pipeline)
+            .bind(cutoff_ms)
+            .bind(now_ms)
+            .bind(PURGE_BATCH)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(purged)
+        })
+    }
+
+    /// Up to `limit` rows of `table` with a payload not sealed under `current`, after row
+    /// `after_id`, in id order: what key rotation has left to do.
+    pub async fn payloads_not_under(
+        &self,
+        table: PayloadTable,
+        current: &str,
+        after_id: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredPayload>> {
+        read_on_both!(self, pool => {
+            let rows = sqlx::query(&format!(
+                "SELECT id, pipeline, sealed_with, headers, body FROM {} \
+                 WHERE id > $1 AND COALESCE(sealed_with, '') <> $2 AND payload_purged_at_ms IS NULL \
+                 ORDER BY id LIMIT $3",
+                table.name()
+            ))
+            .bind(after_id)
+            .bind(current)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(StoredPayload {
+                        id: row.try_get("id")?,
+                        pipeline: row.try_get("pipeline")?,
+                        sealed_with: row.try_get("sealed_with")?,
+                        headers: row.try_get("headers")?,
+                        body: row.try_get("body")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Replaces a row's payload by its re-sealed form, only if it is still as it was read
+    /// (sealed under `from`, not purged): a purge or another rotation in between wins.
+    /// Returns whether the row was changed.
+    pub async fn reseal_payload(
+        &self,
+        table: PayloadTable,
+        id: i64,
+        from: Option<&str>,
+        to: &str,
+        headers: &str,
+        body: Option<&[u8]>,
+    ) -> Result<bool> {
+        on_both!(self, pool => {
+            let changed = sqlx::query(&format!(
+                "UPDATE {} SET headers = $1, body = $2, sealed_with = $3 \
+                 WHERE id = $4 AND COALESCE(sealed_with, '') = $5 AND payload_purged_at_ms IS NULL",
+                table.name()
+            ))
+            .bind(headers)
+            .bind(body)
+            .bind(to)
+            .bind(id)
+            .bind(from.unwrap_or_default())
+            .execute(pool)
+            .await?
+            .rows_affected();
+            Ok(changed == 1)
+        })
+    }
+}
