@@ -215,15 +215,15 @@ const BREAKAGES: &[Breakage] = &[
     },
     Breakage {
         file: "pipelines/stripe.yaml",
-        from: "{{ payload.data.object.email }}",
-        to: "{{ payload.data.object.email }",
-        expected: "pipelines/stripe.yaml:27:44: error[H0501]: template syntax error",
+        from: "{{ source.email }}",
+        to: "{{ source.email }",
+        expected: "pipelines/stripe.yaml:39:31: error[H0501]: template syntax error",
     },
     Breakage {
         file: "pipelines/stripe.yaml",
         from: "version_type: integer",
         to: "version_type: number",
-        expected: "pipelines/stripe.yaml:17:17: error[H0103]: unknown variant `number`\n  = hint: supported: `integer`, `timestamp`, `string`",
+        expected: "pipelines/stripe.yaml:18:17: error[H0103]: unknown variant `number`\n  = hint: supported: `integer`, `timestamp`, `string`",
     },
     Breakage {
         file: "pipelines/crm-partner.yaml",
@@ -323,7 +323,7 @@ const BREAKAGES: &[Breakage] = &[
         file: "pipelines/stripe/published-vector.yaml",
         from: "now: 2018-08-02T10:12:00Z",
         to: "now: 2018-08-02T10:20:00Z",
-        expected: "pipelines/stripe/published-vector.yaml:11:14: error[H0901]: expected a valid signature, but it was rejected: timestamp 580 s old, past the 300 s tolerance",
+        expected: "pipelines/stripe/published-vector.yaml:15:14: error[H0901]: expected a valid signature, but it was rejected: timestamp 580 s old, past the 300 s tolerance",
     },
 ];
 
@@ -398,7 +398,7 @@ fn hostile_files_are_diagnosed_not_crashed_on() {
         assert!(text.contains(expected), "expected {expected:?} in\n{text}");
     }
     // The good pipelines are still checked and their fixtures still run.
-    assert!(text.contains("checked 6 pipelines and 30 fixtures (0 failed)"), "{text}");
+    assert!(text.contains("checked 6 pipelines and 31 fixtures (0 failed)"), "{text}");
 }
 
 #[test]
@@ -450,10 +450,11 @@ fn unset_secrets_are_one_warning_for_check() {
     assert_eq!(warnings.len(), 1, "one line for every unset secret:\n{text}");
     let warning = warnings[0];
     for expected in [
-        "4 secrets are not set",
+        "5 secrets are not set",
         "environment variable `SALESFORCE_CLIENT_ID` (hookgate.yaml:",
         "environment variable `HUBSPOT_TOKEN` (hookgate.yaml:",
-        "environment variable `STRIPE_WEBHOOK_SECRET` (stripe-alone.yaml:10:7)",
+        "environment variable `STRIPE_WEBHOOK_SECRET` (stripe-alone.yaml:11:7)",
+        "environment variable `STRIPE_API_KEY` (stripe-alone.yaml:35:21)",
     ] {
         assert!(warning.contains(expected), "{expected:?} in {warning}");
     }
@@ -466,7 +467,7 @@ fn unset_secrets_are_one_warning_for_check() {
     let plaintext = "hookgate.yaml:5:1: warning[H0802]: payloads are stored in plaintext";
     assert!(text.contains(plaintext), "{text}");
     assert!(
-        text.contains("checked 7 pipelines and 30 fixtures (0 failed): 0 errors, 3 warnings"),
+        text.contains("checked 7 pipelines and 31 fixtures (0 failed): 0 errors, 3 warnings"),
         "{text}"
     );
 
@@ -533,7 +534,7 @@ fn unset_secrets_are_errors_when_serving() {
     assert!(project.has_errors());
     let rendered: Vec<String> = project.diagnostics.iter().map(ToString::to_string).collect();
     assert!(
-        rendered.iter().any(|d| d.ends_with("stripe.yaml:10:7: error[H0801]: environment variable `STRIPE_WEBHOOK_SECRET` is not set\n  = hint: set it before starting; secrets are never written in configuration files")),
+        rendered.iter().any(|d| d.ends_with("stripe.yaml:11:7: error[H0801]: environment variable `STRIPE_WEBHOOK_SECRET` is not set\n  = hint: set it before starting; secrets are never written in configuration files")),
         "{rendered:#?}"
     );
 }

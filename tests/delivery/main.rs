@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hookgate_connector_mock::{Effect, MockCrm, MockSettings};
+use hookgate_connector_mock::Effect;
 use hookgate_store::Store;
 use reqwest::StatusCode;
 use support::*;
@@ -54,13 +54,7 @@ impl Crm {
     }
 
     async fn effects(&self) -> Vec<Effect> {
-        let crm = MockCrm::open(MockSettings {
-            path: self.mock_path(),
-            idempotency: false,
-            faults: Default::default(),
-        })
-        .await
-        .unwrap();
+        let crm = mock_crm(&self.mock_path()).await;
         let effects = crm.effects().await.unwrap();
         crm.close().await;
         effects

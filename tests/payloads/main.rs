@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use hookgate_connector_mock::{MockCrm, MockSettings};
 use hookgate_store::{PayloadTable, Store};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -58,13 +57,7 @@ impl Setup {
     }
 
     async fn crm_fields(&self) -> Vec<Value> {
-        let crm = MockCrm::open(MockSettings {
-            path: self.mock_path(),
-            idempotency: false,
-            faults: Default::default(),
-        })
-        .await
-        .unwrap();
+        let crm = mock_crm(&self.mock_path()).await;
         let records = crm.records(None).await.unwrap();
         crm.close().await;
         records.into_iter().map(|r| serde_json::to_value(&r.fields).unwrap()).collect()

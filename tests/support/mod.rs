@@ -165,6 +165,7 @@ impl ServerBuilder {
             .current_dir(root())
             .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
             .env("STRIPE_WEBHOOK_SECRET", "stripe-e2e-secret")
+            .env("STRIPE_API_KEY", "sk_test_e2e")
             .env("STANDARD_WEBHOOKS_SECRET", STANDARD_SECRET)
             .env("CRM_PARTNER_SECRET", PARTNER_SECRET)
             .env("ORDERS_SECRET", ORDERS_SECRET)
@@ -442,4 +443,15 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The mock CRM at `path`, opened to read what it holds (no faults, no idempotency).
+pub async fn mock_crm(path: &str) -> hookgate_connector_mock::MockCrm {
+    hookgate_connector_mock::MockCrm::open(hookgate_connector_mock::MockSettings {
+        path: path.to_owned(),
+        idempotency: false,
+        faults: Default::default(),
+    })
+    .await
+    .expect("the mock CRM opens")
 }

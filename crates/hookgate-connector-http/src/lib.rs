@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use hookgate_connector::{Answer, ConnectorError};
+use hookgate_connector::{Answer, ConnectorError, SourceFetcher, SourceOutcome, SourceRequest};
 use reqwest::header::HeaderMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -181,9 +181,166 @@ pub fn retry_after(response: &Response) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
+/// Fetches source objects over the one shared client: connect timeout here, the request's
+/// own timeout per fetch, answers read up to the request's bound.
+#[derive(Debug, Clone)]
+pub struct HttpSourceFetcher {
+    client: reqwest::Client,
+}
+
+impl HttpSourceFetcher {
+    pub fn new() -> Result<HttpSourceFetcher, HttpError> {
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(default_connect_timeout_ms()))
+            // A redirect could leave the host the pipeline wrote out.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(HttpSourceFetcher { client })
+    }
+
+    async fn fetch_source(&self, request: &SourceRequest) -> Result<SourceOutcome, ConnectorError> {
+        let misconfigured =
+            |message: String| ConnectorError::Misconfigured { message, answer: Answer::default() };
+        let url = match check_url(&request.url) {
+            Ok(url) => url,
+            Err(HttpError::InsecureUrl(_)) if request.allow_plain_http => {
+                reqwest::Url::parse(&request.url)
+                    .map_err(|_| misconfigured(format!("`{}` is not a valid URL", request.url)))?
+            }
+            Err(error) => return Err(misconfigured(error.to_string())),
+        };
+        let method =
+            if request.method == "POST" { reqwest::Method::POST } else { reqwest::Method::GET };
+        let mut builder = self
+            .client
+            .request(method, url)
+            .timeout(request.timeout)
+            .header("accept", "application/json");
+        for (name, value) in &request.headers {
+            builder = builder.header(name.as_str(), value.expose());
+        }
+        // One byte past the bound tells a long answer from one exactly at it.
+        let settings = HttpSettings {
+            response_bytes_max: request.max_bytes.saturating_add(1),
+            ..HttpSettings::default()
+        };
+        let response = match send(builder, &settings).await {
+            Ok(response) => response,
+            // Nothing was written: a read that got no answer is simply made again.
+            Err(ConnectorError::Ambiguous { message, answer }) => {
+                return Err(ConnectorError::Retryable { message, retry_after: None, answer });
+            }
+            Err(error) => return Err(error),
+        };
+        classify_source(&response, request.max_bytes)
+    }
+}
+
+impl SourceFetcher for HttpSourceFetcher {
+    fn fetch<'a>(
+        &'a self,
+        request: &'a SourceRequest,
+    ) -> hookgate_connector::BoxFuture<'a, Result<SourceOutcome, ConnectorError>> {
+        Box::pin(self.fetch_source(request))
+    }
+}
+
+/// A source's answer, classified like a connector's: the object, gone, or why not.
+pub fn classify_source(
+    response: &Response,
+    max_bytes: usize,
+) -> Result<SourceOutcome, ConnectorError> {
+    let answer = response.answer();
+    let status = response.status;
+    let message = |what: &str| format!("the source answered {status}: {what}");
+    match status {
+        200..=299 => {
+            if response.truncated || response.body.len() > max_bytes {
+                return Err(ConnectorError::Rejected {
+                    message: format!("the source object is larger than max_bytes ({max_bytes})"),
+                    answer,
+                });
+            }
+            match serde_json::from_str::<serde_json::Value>(&response.body) {
+                Ok(object @ serde_json::Value::Object(_)) => {
+                    Ok(SourceOutcome::Found { object, answer })
+                }
+                // A proxy's error page or a maintenance answer: transient, and bounded by the
+                // attempts.
+                _ => Err(ConnectorError::Retryable {
+                    message: message("not a JSON object"),
+                    retry_after: None,
+                    answer,
+                }),
+            }
+        }
+        404 | 410 => Ok(SourceOutcome::Gone { answer }),
+        429 => Err(ConnectorError::RateLimited {
+            message: message("slow down"),
+            retry_after: retry_after(response),
+            answer,
+        }),
+        401 | 403 => Err(ConnectorError::Misconfigured {
+            message: message("check the refresh's auth"),
+            answer,
+        }),
+        408 | 500..=599 => Err(ConnectorError::Retryable {
+            message: message("a transient failure"),
+            retry_after: retry_after(response),
+            answer,
+        }),
+        _ => Err(ConnectorError::Rejected { message: message("the request is refused"), answer }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn response(status: u16, body: &str, truncated: bool) -> Response {
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", "7".parse().unwrap());
+        Response { status, headers, body: body.to_owned(), truncated }
+    }
+
+    #[test]
+    fn source_answers_are_classified_like_a_connectors() {
+        let found = classify_source(&response(200, r#"{"id":"cus_1"}"#, false), 100).unwrap();
+        assert!(
+            matches!(found, SourceOutcome::Found { ref object, .. } if object["id"] == "cus_1")
+        );
+        for gone in [404, 410] {
+            assert!(matches!(
+                classify_source(&response(gone, "{}", false), 100),
+                Ok(SourceOutcome::Gone { .. })
+            ));
+        }
+        let class = |status, body: &str, truncated| {
+            classify_source(&response(status, body, truncated), 100).unwrap_err()
+        };
+        let limited = class(429, "{}", false);
+        assert_eq!(
+            (limited.class(), limited.retry_after()),
+            ("rate_limited", Some(Duration::from_secs(7)))
+        );
+        assert_eq!(class(401, "{}", false).class(), "misconfigured");
+        assert_eq!(class(403, "{}", false).class(), "misconfigured");
+        assert_eq!(class(503, "{}", false).class(), "retryable");
+        assert_eq!(class(408, "{}", false).class(), "retryable");
+        assert_eq!(class(400, "{}", false).class(), "rejected");
+        // Not an object: a proxy's page, or an array; retried, and kept as evidence.
+        let page = class(200, "<html>maintenance</html>", false);
+        assert_eq!(page.class(), "retryable");
+        assert_eq!(page.answer().excerpt.as_deref(), Some("<html>maintenance</html>"));
+        assert_eq!(class(200, "[1]", false).class(), "retryable");
+        // Longer than the bound: refused for good.
+        assert_eq!(class(200, "{}", true).class(), "rejected");
+        assert_eq!(
+            class(200, &format!(r#"{{"a":"{}"}}"#, "x".repeat(100)), false).class(),
+            "rejected"
+        );
+    }
 
     #[test]
     fn only_loopback_may_use_plain_http() {

@@ -240,6 +240,40 @@ impl ConnectorError {
 
 pub mod conformance;
 
+/// A fetch of the current state of the object an event names (a target's `refresh:`),
+/// made by the engine just before the write.
+#[derive(Debug, Clone)]
+pub struct SourceRequest {
+    /// `GET` or `POST`.
+    pub method: &'static str,
+    pub url: String,
+    /// The pipeline's headers, then its auth header: all treated as secrets.
+    pub headers: Vec<(String, Secret)>,
+    pub timeout: Duration,
+    /// Bytes of the answer read at most; a longer answer is refused.
+    pub max_bytes: usize,
+    /// Plain http to a host that is not loopback.
+    pub allow_plain_http: bool,
+}
+
+/// What a source answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceOutcome {
+    /// The object, a JSON object.
+    Found { object: serde_json::Value, answer: Answer },
+    /// 404 or 410: the object is gone.
+    Gone { answer: Answer },
+}
+
+/// Fetches source objects. A fetch is a read: whatever fails, it can be made again, so a
+/// timeout is retryable, never ambiguous.
+pub trait SourceFetcher: Send + Sync + std::fmt::Debug {
+    fn fetch<'a>(
+        &'a self,
+        request: &'a SourceRequest,
+    ) -> BoxFuture<'a, Result<SourceOutcome, ConnectorError>>;
+}
+
 /// A CRM connector instance. Shared between workers: methods take `&self`.
 pub trait Connector: Send + Sync + std::fmt::Debug {
     fn describe(&self) -> Description;

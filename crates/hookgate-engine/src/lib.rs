@@ -36,7 +36,7 @@ mod worker;
 pub use keys::{
     FETCHED_KEY_TTL, FETCHED_KEYS_MAX, FetchError, FetchedKeys, KeyFetcher, KeyProblem,
 };
-pub use worker::{Connectors, LEASE_MARGIN, Worker, WorkerConfig, backoff};
+pub use worker::{Connectors, LEASE_MARGIN, Sources, Worker, WorkerConfig, backoff};
 
 /// A repeated delivery (duplicate or conflict) keeps at most this much of its headers.
 pub const HEADERS_EXCERPT_BYTES: usize = 2048;

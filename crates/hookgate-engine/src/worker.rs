@@ -29,10 +29,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate_connector::{
-    Answer, Connector, ConnectorError, LookupOutcome, LookupRequest, Operation, UpsertRequest,
+    Answer, Connector, ConnectorError, LookupOutcome, LookupRequest, Operation, Secret,
+    SourceFetcher, SourceOutcome, SourceRequest, UpsertRequest,
 };
-use hookgate_pipeline::evaluate::{Delivery, Upsert};
-use hookgate_pipeline::model::DeliveryPolicy;
+use hookgate_pipeline::evaluate::{Context, Delivery};
+use hookgate_pipeline::model::{DeliveryPolicy, NotFound, RefreshMethod};
 use hookgate_store::{AppliedVersion, Call, CallKind, Finish, LeasedItem, StoreError, state};
 use rand::Rng;
 use tokio::task::JoinSet;
@@ -100,6 +101,7 @@ pub struct Worker {
     gateway: Gateway,
     connectors: Arc<Connectors>,
     config: Arc<WorkerConfig>,
+    sources: Arc<Sources>,
 }
 
 impl Worker {
@@ -109,7 +111,18 @@ impl Worker {
         if let Err(problem) = config.check() {
             panic!("{problem}");
         }
-        Worker { gateway, connectors: Arc::new(connectors), config: Arc::new(config) }
+        Worker {
+            gateway,
+            connectors: Arc::new(connectors),
+            config: Arc::new(config),
+            sources: Arc::new(Sources::default()),
+        }
+    }
+
+    /// Fetches sources for targets with `refresh:` through `sources`.
+    pub fn with_sources(mut self, sources: Sources) -> Worker {
+        self.sources = Arc::new(sources);
+        self
     }
 
     /// Works until `shutdown` completes, then finishes the items in hand and returns.
@@ -174,7 +187,7 @@ impl Worker {
 
     async fn try_process(&self, item: &LeasedItem) -> Result<(), StoreError> {
         let mut attempt = Attempt { item, calls: Vec::new(), open: None };
-        let (pipeline, upsert) = match self.prepare(item).await? {
+        let (pipeline, index, mut ctx) = match self.prepare(item).await? {
             Ok(prepared) => prepared,
             Err(reason) => {
                 tracing::error!(item = item.id, event_id = item.event_id, %reason, "dead-lettered before any call");
@@ -184,16 +197,65 @@ impl Worker {
         };
 
         if let Some(reason) = self.stale(item).await? {
-            tracing::info!(item = item.id, event_id = item.event_id, %reason, "skipped stale");
-            attempt.record(
-                "version_check",
-                "skipped_stale",
-                &Answer::default(),
-                Some(reason.clone()),
-                None,
-            );
-            return self.finish(attempt, outcome(state::SKIPPED_STALE, Some(reason))).await;
+            return self.skip_stale(attempt, reason).await;
         }
+
+        // A target that refreshes writes the source's current state, and its version.
+        let mut fetched_version = None;
+        if pipeline.compiled.targets[index].refresh.is_some() {
+            match self.refresh(&mut attempt, pipeline, index, &ctx).await? {
+                Refreshed::Stop => return Ok(()),
+                Refreshed::Finish(finish) => return self.finish(attempt, finish).await,
+                Refreshed::Source { object, version } => {
+                    if let (Some(version), Some(event_version)) = (&version, &item.version) {
+                        if version.sort_key < *event_version {
+                            // A lagging replica of the source: writing it would undo the event.
+                            let error = ConnectorError::Retryable {
+                                message: format!(
+                                    "the source is behind the event: its version {} is older than {}",
+                                    version.text,
+                                    item.version_text.as_deref().unwrap_or(event_version)
+                                ),
+                                retry_after: None,
+                                answer: Answer::default(),
+                            };
+                            attempt.record_error("version_check", &error);
+                            let finish = self.retry_or_dead(
+                                item,
+                                &pipeline.compiled.delivery,
+                                &error,
+                                item.in_doubt,
+                            );
+                            return self.finish(attempt, finish).await;
+                        }
+                        if let Some(reason) =
+                            self.stale_at(item, &version.sort_key, &version.text).await?
+                        {
+                            return self.skip_stale(attempt, reason).await;
+                        }
+                        fetched_version = Some(version.clone());
+                    }
+                    ctx.set_source(Some(object));
+                }
+            }
+        }
+        let upsert = match pipeline.compiled.render_target(index, &ctx) {
+            Ok(upsert) => upsert,
+            Err(error) => {
+                let reason = format!("cannot render the write: {error}");
+                tracing::error!(item = item.id, event_id = item.event_id, %reason, "dead-lettered before any call");
+                attempt.record("prepare", "dead", &Answer::default(), Some(reason.clone()), None);
+                return self.finish(attempt, dead_as_it_was(item, reason)).await;
+            }
+        };
+        // With a fetched version, the write applies that version, not the delivery's.
+        let applied = |item: &LeasedItem, record_id: String| {
+            let mut finish = applied(item, record_id);
+            if let (Some(version), Some(_)) = (&fetched_version, &finish.applied) {
+                finish.applied = Some(version.clone());
+            }
+            finish
+        };
 
         let Some(connector) = self.connectors.get(&upsert.connector).cloned() else {
             let reason = format!("connector instance `{}` is not configured", upsert.connector);
@@ -280,19 +342,43 @@ impl Worker {
         self.finish(attempt, finish).await
     }
 
+    async fn skip_stale(&self, mut attempt: Attempt<'_>, reason: String) -> Result<(), StoreError> {
+        let item = attempt.item;
+        tracing::info!(item = item.id, event_id = item.event_id, %reason, "skipped stale");
+        attempt.record(
+            "version_check",
+            "skipped_stale",
+            &Answer::default(),
+            Some(reason.clone()),
+            None,
+        );
+        self.finish(attempt, outcome(state::SKIPPED_STALE, Some(reason))).await
+    }
+
     /// Why an item must not be written because of its version, if so.
     async fn stale(&self, item: &LeasedItem) -> Result<Option<String>, StoreError> {
         let Some(version) = &item.version else { return Ok(None) };
         let text = item.version_text.as_deref().unwrap_or(version);
+        self.stale_at(item, version, text).await
+    }
+
+    /// Why a write of `version` (a sort key, shown as `text`) to the item's entity must not
+    /// happen, if so.
+    async fn stale_at(
+        &self,
+        item: &LeasedItem,
+        version: &str,
+        text: &str,
+    ) -> Result<Option<String>, StoreError> {
         let guard =
             self.gateway.store.entity_guard(&item.pipeline, &item.target, &item.entity).await?;
-        if let Some(applied) = guard.applied.filter(|a| a.sort_key >= *version) {
+        if let Some(applied) = guard.applied.filter(|a| a.sort_key.as_str() >= version) {
             return Ok(Some(format!(
                 "version {text} is not newer than {}, already applied to {}",
                 applied.text, item.entity
             )));
         }
-        if let Some(doubted) = guard.doubted.filter(|d| d.sort_key > *version) {
+        if let Some(doubted) = guard.doubted.filter(|d| d.sort_key.as_str() > version) {
             return Ok(Some(format!(
                 "version {text} is older than {}, which may have been applied to {} (dead-lettered in doubt)",
                 doubted.text, item.entity
@@ -330,11 +416,12 @@ impl Worker {
         Ok(())
     }
 
-    /// Loads the event and renders its target. The inner error is a reason to dead-letter.
+    /// Loads the event, opens its payload and builds the template context of its target. The
+    /// inner error is a reason to dead-letter.
     async fn prepare(
         &self,
         item: &LeasedItem,
-    ) -> Result<Result<(&ServedPipeline, Upsert), String>, StoreError> {
+    ) -> Result<Result<(&ServedPipeline, usize, Context), String>, StoreError> {
         let Some(pipeline) = self.gateway.pipelines.get(&item.pipeline) else {
             return Ok(Err(format!("pipeline `{}` is no longer configured", item.pipeline)));
         };
@@ -378,12 +465,147 @@ impl Worker {
         let headers: Vec<(String, Vec<u8>)> =
             pairs.into_iter().map(|[n, v]| (n, v.into_bytes())).collect();
         let delivery = Delivery { headers: &headers, body: &body };
-        let rendered = pipeline
+        let identified = pipeline
             .compiled
             .identify(&delivery)
-            .and_then(|(_, ctx)| pipeline.compiled.render_target(index, &ctx))
             .map_err(|e| format!("cannot render the write: {e}"));
-        Ok(rendered.map(|upsert| (pipeline, upsert)))
+        Ok(identified.map(|(_, ctx)| (pipeline, index, ctx)))
+    }
+
+    /// Fetches the current source object of a refreshing target, recording the fetch as a
+    /// step of the attempt.
+    async fn refresh(
+        &self,
+        attempt: &mut Attempt<'_>,
+        pipeline: &ServedPipeline,
+        index: usize,
+        ctx: &Context,
+    ) -> Result<Refreshed, StoreError> {
+        let item = attempt.item;
+        let target = &pipeline.compiled.targets[index];
+        let refresh = target.refresh.as_ref().expect("called for targets that refresh");
+        let dead = |attempt: &mut Attempt<'_>,
+                    outcome_name: &str,
+                    answer: &Answer,
+                    reason: String| {
+            tracing::warn!(item = item.id, event_id = item.event_id, %reason, "dead-lettered at refresh");
+            attempt.record("refresh", outcome_name, answer, Some(reason.clone()), None);
+            Refreshed::Finish(dead_as_it_was(item, reason))
+        };
+        let url = match pipeline.compiled.render_refresh_url(index, ctx) {
+            Ok(url) => match self.sources.origins.get(&refresh.origin) {
+                Some(to) => format!("{to}{}", &url[refresh.origin.len()..]),
+                None => url,
+            },
+            Err(error) => {
+                let reason = format!("cannot render the refresh: {error}");
+                return Ok(dead(attempt, "dead", &Answer::default(), reason));
+            }
+        };
+        let Some(fetcher) = self.sources.fetcher.clone() else {
+            return Ok(dead(
+                attempt,
+                "dead",
+                &Answer::default(),
+                "no source fetcher is configured".into(),
+            ));
+        };
+        let mut headers: Vec<(String, Secret)> =
+            refresh.headers.iter().map(|(n, v)| (n.clone(), Secret::new(v.clone()))).collect();
+        if refresh.auth.is_some() {
+            let key = (pipeline.compiled.name.clone(), target.name.clone());
+            match self.sources.auth.get(&key) {
+                Some(auth) => headers.extend(auth.iter().cloned()),
+                None => {
+                    let reason = format!(
+                        "the credentials of target `{}`'s refresh are not loaded",
+                        target.name
+                    );
+                    return Ok(dead(attempt, "dead", &Answer::default(), reason));
+                }
+            }
+        }
+        let Some(budget) = attempt.begin(self, "refresh", CallKind::Read).await? else {
+            return Ok(Refreshed::Stop);
+        };
+        let request = SourceRequest {
+            method: match refresh.method {
+                RefreshMethod::Get => "GET",
+                RefreshMethod::Post => "POST",
+            },
+            url,
+            headers,
+            timeout: refresh.timeout.min(budget),
+            max_bytes: refresh.max_bytes,
+            allow_plain_http: refresh.allow_plain_http,
+        };
+        let policy = &pipeline.compiled.delivery;
+        let fetched = match within_read(budget, fetcher.fetch(&request)).await {
+            // An object that says it is gone (`gone_if`) is as good as a 404.
+            Ok(SourceOutcome::Found { object, answer }) => {
+                let mut with_source = ctx.clone();
+                with_source.set_source(Some(object.clone()));
+                match pipeline.compiled.source_gone(index, &with_source) {
+                    Ok(true) => Ok(SourceOutcome::Gone { answer }),
+                    Ok(false) => Ok(SourceOutcome::Found { object, answer }),
+                    Err(error) => {
+                        let reason = format!("the fetched object: {error}");
+                        return Ok(dead(attempt, "rejected", &answer, reason));
+                    }
+                }
+            }
+            other => other,
+        };
+        Ok(match fetched {
+            Ok(SourceOutcome::Found { object, answer }) => match pipeline
+                .compiled
+                .source_version(index, &object)
+            {
+                Ok(version) => {
+                    attempt.record("refresh", "fetched", &answer, None, None);
+                    let version = version
+                        .map(|v| AppliedVersion { sort_key: v.sort_key(), text: v.to_string() });
+                    Refreshed::Source { object, version }
+                }
+                Err(error) => {
+                    dead(attempt, "rejected", &answer, format!("the fetched object: {error}"))
+                }
+            },
+            Ok(SourceOutcome::Gone { answer }) => {
+                let reason = match answer.status {
+                    Some(status @ (404 | 410)) => {
+                        format!("the source object is gone ({status}): nothing to write")
+                    }
+                    _ => {
+                        "the source object says it is gone (`gone_if`): nothing to write".to_owned()
+                    }
+                };
+                match refresh.not_found {
+                    NotFound::Skip => {
+                        tracing::info!(item = item.id, event_id = item.event_id, %reason, "skipped: source gone");
+                        attempt.record(
+                            "refresh",
+                            "source_gone",
+                            &answer,
+                            Some(reason.clone()),
+                            None,
+                        );
+                        Refreshed::Finish(Finish {
+                            in_doubt: item.in_doubt,
+                            ..outcome(state::SKIPPED_STALE, Some(reason))
+                        })
+                    }
+                    NotFound::Dead => dead(attempt, "source_gone", &answer, reason),
+                }
+            }
+            Err(ConnectorError::Rejected { message, answer }) => {
+                dead(attempt, "rejected", &answer, format!("refresh rejected: {message}"))
+            }
+            Err(error) => {
+                attempt.record_error("refresh", &error);
+                Refreshed::Finish(self.retry_or_dead(item, policy, &error, item.in_doubt))
+            }
+        })
     }
 
     /// Looks the record up to learn whether a write in doubt was applied. `None`: the lease was
@@ -449,6 +671,27 @@ impl Worker {
             ..outcome(state::PENDING, Some(error.to_string()))
         }
     }
+}
+
+/// What a refresh came to.
+enum Refreshed {
+    /// The lease was lost: stop, the next holder goes on.
+    Stop,
+    /// The attempt ends here (skipped, retried later, dead-lettered).
+    Finish(Finish),
+    /// The fetched object, and its own version if the refresh names one.
+    Source { object: serde_json::Value, version: Option<AppliedVersion> },
+}
+
+/// Where sources are fetched from, and each refreshing target's auth headers.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    pub fetcher: Option<Arc<dyn SourceFetcher>>,
+    /// By (pipeline, target): the headers that carry the refresh's credentials, resolved at
+    /// start.
+    pub auth: HashMap<(String, String), Vec<(String, Secret)>>,
+    /// Origins this deployment sends elsewhere (`source_origins`): written origin to origin.
+    pub origins: HashMap<String, String>,
 }
 
 /// One attempt at an item: its calls so far, as evidence.
@@ -548,6 +791,19 @@ async fn within<T>(
             answer: Answer::default(),
         })
     })
+}
+
+/// [`within`] for a read that changes nothing: no answer in time is retryable.
+async fn within_read<T>(
+    budget: Duration,
+    call: impl Future<Output = Result<T, ConnectorError>>,
+) -> Result<T, ConnectorError> {
+    match within(budget, call).await {
+        Err(ConnectorError::Ambiguous { message, answer }) => {
+            Err(ConnectorError::Retryable { message, retry_after: None, answer })
+        }
+        other => other,
+    }
 }
 
 enum Reconciled {

@@ -8,6 +8,8 @@
 //! - [`hubspot::FakeHubSpot`]: private-app tokens, batch upsert by a unique `idProperty` with
 //!   the `new` flag, update by `idProperty`, search with lag, the 10-second rate-limit window
 //!   with its headers, 401/403 bodies, lost responses.
+//! - [`stripe::FakeStripe`]: a source for `refresh:`, Stripe's customer retrieval with its
+//!   Basic-auth secret key, `resource_missing` 404s, deleted customers, and scripted faults.
 //!
 //! Each fake is started on `127.0.0.1:0` and stops when dropped. Each keeps an effect log
 //! (`writes`): every write it applied, in order, with the values it set. Faults come scripted
@@ -21,6 +23,7 @@ pub mod chaos;
 pub mod hubspot;
 pub mod proxy;
 pub mod salesforce;
+pub mod stripe;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;

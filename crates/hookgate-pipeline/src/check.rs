@@ -13,10 +13,10 @@ use minijinja::Environment;
 use crate::diagnostic::{Code, Diagnostic, Pos, Span, suggestion};
 use crate::model::{
     BodyFormat, ConditionConfig, ConnectorInstance, ConnectorKind, DigestEncoding, FieldsConfig,
-    Fingerprint, HeaderNames, InstancesFile, KeyFormatName, MessagePart, Operation, PayloadSchema,
-    Pipeline, Provider, Redact, SchemeName, SecretRef, SignatureAlgorithm, SignatureConfig,
-    SignedPart, Target, TimestampConfig, TimestampFormatName, TimestampRuleName, ValueSource,
-    VersionType,
+    Fingerprint, HeaderNames, InstancesFile, KeyFormatName, MessagePart, NotFound, Operation,
+    PayloadSchema, Pipeline, Provider, Redact, Refresh, RefreshAuth, RefreshMethod, SchemeName,
+    SecretRef, SignatureAlgorithm, SignatureConfig, SignedPart, Target, TimestampConfig,
+    TimestampFormatName, TimestampRuleName, ValueSource, VersionType,
 };
 use crate::redact::Redaction;
 use crate::shape::{PayloadUse, Shape, ShapeSource};
@@ -77,6 +77,27 @@ impl CompiledPipeline {
     }
 }
 
+/// A target's source refresh, checked.
+#[derive(Debug, Clone)]
+pub struct CompiledRefresh {
+    pub url: TemplateName,
+    /// `https://host[:port]`: every rendered URL starts with it and a `/`, `?` or `#`.
+    pub origin: String,
+    pub method: RefreshMethod,
+    pub headers: Vec<(String, String)>,
+    pub auth: Option<RefreshAuth>,
+    /// The auth's secret references with their positions.
+    pub secrets: Vec<(SecretRef, Pos)>,
+    pub timeout: Duration,
+    pub not_found: NotFound,
+    /// A condition over `source`: the object is gone although it was fetched.
+    pub gone_if: Option<TemplateName>,
+    /// A JSON pointer into the fetched object to its version.
+    pub version: Option<String>,
+    pub max_bytes: usize,
+    pub allow_plain_http: bool,
+}
+
 /// The name of a template in the pipeline's environment; it is also its place in the file
 /// (`targets[0].fields.Name`), so runtime errors say where to look.
 pub type TemplateName = String;
@@ -114,6 +135,7 @@ pub struct CompiledTarget {
     pub external_id_field: String,
     pub external_id_value: TemplateName,
     pub fields: Vec<(String, TemplateName)>,
+    pub refresh: Option<CompiledRefresh>,
 }
 
 /// The connector instances, checked.
@@ -126,6 +148,8 @@ pub struct Instances {
     /// `payload_encryption.keys`: each id, its secret and the secret's position, the first
     /// sealing new rows. Empty: payloads are stored in plaintext.
     pub payload_keys: Vec<(String, SecretRef, Pos)>,
+    /// `source_origins`: a refresh written for the key's origin goes to the value's.
+    pub source_origins: BTreeMap<String, String>,
     /// The document and each instance's index in it, to check settings where they are written.
     doc: Option<Node>,
     index: BTreeMap<String, usize>,
@@ -272,12 +296,35 @@ pub(crate) fn check_instances(
             }
         }
     }
+    let mut source_origins = BTreeMap::new();
+    for (from, to) in &model.source_origins {
+        let span = doc.locate(&path!["source_origins", from.as_str()]).span;
+        let mut problem = |message: String| {
+            diagnostics.push(
+                Diagnostic::error(Code::Refresh, file, span, message)
+                    .with_hint("write origins as `scheme://host[:port]`, without a path"),
+            );
+        };
+        match (refresh_origin(from), refresh_origin(to)) {
+            (Ok(a), Ok(b)) if a == from.to_ascii_lowercase() && b == to.to_ascii_lowercase() => {
+                let plain = b.strip_prefix("http://");
+                if plain.is_some_and(|host| !is_loopback_host(host)) {
+                    problem(format!("`{to}` is plain http to a host that is not loopback"));
+                } else {
+                    source_origins.insert(a, b);
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => problem(e),
+            _ => problem(format!("`{from}: {to}` is not an origin to an origin")),
+        }
+    }
     (
         Instances {
             file: file.to_owned(),
             connectors,
             secrets,
             payload_keys,
+            source_origins,
             doc: Some(doc.clone()),
             index,
         },
@@ -351,12 +398,20 @@ impl Checker<'_> {
             let detail = error.detail().unwrap_or("invalid syntax").to_owned();
             // A condition is already an expression: `{{ }}` inside one is the usual mistake,
             // and the generic hint would recommend it.
+            let gone_if = matches!(path.last(), Some(PathSegment::Key(k)) if k == "gone_if");
+            let (field, example) = if gone_if {
+                ("gone_if", "source.deleted | default(false)")
+            } else {
+                ("when", "event.type == \"push\"")
+            };
             let hint = if offset > 0 && user_source.contains("{{") {
                 let inner =
                     user_source.trim().trim_start_matches("{{").trim_end_matches("}}").trim();
-                format!("`when` is already an expression; write it without `{{{{ }}}}`: `{inner}`")
+                format!(
+                    "`{field}` is already an expression; write it without `{{{{ }}}}`: `{inner}`"
+                )
             } else if offset > 0 {
-                "`when` is a minijinja expression, e.g. `event.type == \"push\"`".to_owned()
+                format!("`{field}` is a minijinja expression, e.g. `{example}`")
             } else {
                 "templates use minijinja (Jinja2) syntax: `{{ payload.field }}`".to_owned()
             };
@@ -427,6 +482,9 @@ impl Checker<'_> {
             let mut hint = suggestion(&variable, allowed);
             if variable == "event" {
                 hint = "`event` is not known yet here: the key, scope and type are derived from `payload`, `headers` and `body`".to_owned();
+            }
+            if variable == "source" {
+                hint = "`source` is the object a target's `refresh:` fetches, seen by that target's `fields` only".to_owned();
             }
             let node = self.doc.locate(path);
             let span = match find_name(user_source, &variable) {
@@ -1652,12 +1710,16 @@ fn check_target(
         &target.external_id.value,
         EVENT_VARIABLES,
     );
+    let refresh = target.refresh.as_ref().map(|refresh| check_refresh(c, i, refresh));
+    // `source` exists only in fields, and only where a refresh fetches it: the external id
+    // and `when` are rendered at intake, before anything is fetched.
+    let field_variables = if refresh.is_some() { SOURCE_VARIABLES } else { EVENT_VARIABLES };
     let fields = target
         .fields
         .iter()
         .map(|(field, source)| {
             let name =
-                c.template(&path!["targets", i, "fields", field.as_str()], source, EVENT_VARIABLES);
+                c.template(&path!["targets", i, "fields", field.as_str()], source, field_variables);
             (field.clone(), name)
         })
         .collect();
@@ -1671,7 +1733,162 @@ fn check_target(
         external_id_field: target.external_id.field.clone(),
         external_id_value,
         fields,
+        refresh,
     }
+}
+
+/// Variables of a target's fields when the target refreshes its source.
+const SOURCE_VARIABLES: &[&str] = &["payload", "headers", "body", "event", "source"];
+
+/// Longest a refresh may wait for its answer.
+const REFRESH_TIMEOUT_MAX: Duration = Duration::from_secs(300);
+/// Most bytes a refresh may read.
+const REFRESH_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// A target's `refresh:`, checked where a mistake could send a request elsewhere or wait
+/// forever.
+fn check_refresh(c: &mut Checker<'_>, i: usize, refresh: &Refresh) -> CompiledRefresh {
+    let at = |field: &str| -> Vec<PathSegment> { path!["targets", i, "refresh", field].to_vec() };
+    let url = c.template(&at("url"), &refresh.url, EVENT_VARIABLES);
+    let origin = match refresh_origin(&refresh.url) {
+        Ok(origin) => origin,
+        Err(problem) => {
+            c.error(Code::Refresh, &at("url"), problem).hint = Some(
+                "write the scheme and host out, and template only the path or query: `https://api.example.com/v1/customers/{{ payload.id | urlencode }}`".into(),
+            );
+            String::new()
+        }
+    };
+    if let Some(host) = origin.strip_prefix("http://")
+        && !refresh.allow_plain_http
+        && !is_loopback_host(host)
+    {
+        c.error(
+            Code::Refresh,
+            &at("url"),
+            format!("`{origin}` is plain http to a host that is not loopback"),
+        )
+        .hint = Some(
+            "use https; `allow_plain_http: true` allows http, never for production APIs".into(),
+        );
+    }
+    for name in refresh.headers.keys() {
+        if !valid_header_name(name) {
+            let path = path!["targets", i, "refresh", "headers", name.as_str()];
+            c.error(Code::HeaderName, &path, format!("`{name}` is not a valid header name"));
+        }
+    }
+    let mut secrets = Vec::new();
+    match &refresh.auth {
+        Some(RefreshAuth::Bearer(secret)) => {
+            let pos = c.doc.locate(&path!["targets", i, "refresh", "auth", "bearer"]).span.start;
+            secrets.push((secret.clone(), pos));
+        }
+        Some(RefreshAuth::Basic { username, password }) => {
+            if username.is_none() && password.is_none() {
+                c.error(
+                    Code::Refresh,
+                    &path!["targets", i, "refresh", "auth", "basic"],
+                    "`basic` needs a `username`, a `password` or both",
+                );
+            }
+            for (name, secret) in [("username", username), ("password", password)] {
+                if let Some(secret) = secret {
+                    let path = path!["targets", i, "refresh", "auth", "basic", name];
+                    secrets.push((secret.clone(), c.doc.locate(&path).span.start));
+                }
+            }
+        }
+        Some(RefreshAuth::ApiKey { header, secret }) => {
+            if !valid_header_name(header) {
+                let path = path!["targets", i, "refresh", "auth", "api_key", "header"];
+                c.error(Code::HeaderName, &path, format!("`{header}` is not a valid header name"));
+            }
+            let path = path!["targets", i, "refresh", "auth", "api_key", "secret"];
+            secrets.push((secret.clone(), c.doc.locate(&path).span.start));
+        }
+        None => {}
+    }
+    let gone_if = refresh.gone_if.as_ref().map(|expression| {
+        let source = template::condition_template(expression);
+        let offset = template::CONDITION_PREFIX.len();
+        c.template_with_offset(&at("gone_if"), expression, source, offset, SOURCE_VARIABLES)
+    });
+    let timeout = refresh.timeout.0;
+    if timeout < Duration::from_millis(100) || timeout > REFRESH_TIMEOUT_MAX {
+        c.error(Code::OutOfRange, &at("timeout"), "a refresh timeout is from 100ms to 5m");
+    }
+    if refresh.max_bytes == 0 || refresh.max_bytes > REFRESH_BYTES_MAX {
+        c.error(
+            Code::OutOfRange,
+            &at("max_bytes"),
+            format!("max_bytes is from 1 to {REFRESH_BYTES_MAX}"),
+        );
+    }
+    if let Some(pointer) = &refresh.version
+        && !pointer.starts_with('/')
+    {
+        c.error(Code::JsonPointer, &at("version"), format!("`{pointer}` is not a JSON pointer"))
+            .hint = Some("the version's place in the fetched object, e.g. `/updated`".into());
+    }
+    CompiledRefresh {
+        url,
+        origin,
+        method: refresh.method,
+        headers: refresh.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+        auth: refresh.auth.clone(),
+        secrets,
+        timeout,
+        not_found: refresh.not_found,
+        gone_if,
+        version: refresh.version.clone(),
+        max_bytes: refresh.max_bytes,
+        allow_plain_http: refresh.allow_plain_http,
+    }
+}
+
+/// `https://host[:port]` of a refresh URL, which must be written out up to the `/` that ends
+/// it, before any template: what a payload renders then lands in the path or the query.
+pub(crate) fn refresh_origin(url: &str) -> Result<String, String> {
+    let literal_end =
+        ["{{", "{%", "{#"].iter().filter_map(|m| url.find(m)).min().unwrap_or(url.len());
+    let literal = &url[..literal_end];
+    let Some((scheme, rest)) = literal.split_once("://") else {
+        return Err(format!("`{url}` does not start with `https://` and a host"));
+    };
+    if scheme != "https" && scheme != "http" {
+        return Err(format!("`{scheme}` is not a scheme a refresh can use: https (or http)"));
+    }
+    let authority_end = rest.find(['/', '?', '#']);
+    let authority = match authority_end {
+        Some(end) => &rest[..end],
+        None if literal_end == url.len() => rest,
+        None => {
+            return Err(format!(
+                "the host of `{url}` is not written out before its first template"
+            ));
+        }
+    };
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    if authority.contains('@') {
+        return Err(format!("`{url}` carries credentials in its URL; use `auth`"));
+    }
+    let valid = !host.is_empty()
+        && host.chars().all(|ch| ch.is_ascii_alphanumeric() || "-.:[]".contains(ch));
+    if !valid {
+        return Err(format!("`{host}` is not a host name"));
+    }
+    Ok(format!("{scheme}://{}", host.to_ascii_lowercase()))
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) && !name.ends_with(':') => {
+            name
+        }
+        _ => host,
+    };
+    name == "localhost" || name.starts_with("127.") || name == "[::1]"
 }
 
 /// What a connector kind's API documents it cannot do, found before anything runs.

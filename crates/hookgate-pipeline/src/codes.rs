@@ -216,6 +216,17 @@ fraction from 0 to 1, `attempts_max` from 1 to 100, `retention` at least 1h, a t
 "The setting is valid but this pipeline never uses it, for example `public_url` with a scheme
 that does not sign the URL. Remove it, or check whether another scheme was meant.";
 
+    Refresh = "H0703", "a source refresh that cannot be made safely",
+"A target's `refresh:` fetches the object an event names just before writing. Its URL's
+scheme and host are written out, so that nothing a sender puts in a payload can send the
+request (and its credentials) elsewhere; templates go in the path or query, with `urlencode`:
+
+    refresh:
+      url: \"https://{{ payload.shop }}/customers/1\"            # error[H0703]
+      url: \"https://api.stripe.com/v1/customers/{{ payload.data.object.customer | urlencode }}\"
+
+Plain `http://` is allowed to loopback hosts (tests) or with `allow_plain_http: true`.";
+
     UnsetSecret = "H0801", "a secret's environment variable or file is not set",
 "Secrets are references (`env: STRIPE_WEBHOOK_SECRET`, `file: /run/secrets/x`), never values.
 `check` warns when one cannot be resolved, because CI rarely has production secrets (off with

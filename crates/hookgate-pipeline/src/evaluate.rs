@@ -128,6 +128,9 @@ pub struct Upsert {
     pub external_id_field: String,
     pub external_id_value: String,
     pub fields: BTreeMap<String, String>,
+    /// The URL the target's refresh fetches before the write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh_url: Option<String>,
 }
 
 impl Serialize for Operation {
@@ -161,9 +164,16 @@ pub enum EvalError {
     RepeatedHeader { what: String, header: String },
     #[error("ordering version `{text}` is more than {max_future:?} ahead of its receipt")]
     TooFarAhead { text: String, max_future: Duration },
+    #[error("{what}: `{url}` is not under `{origin}`")]
+    RefreshUrl { what: String, url: String, origin: String },
+    #[error(
+        "target `{target}` refreshes its source: give the fetched object under `sources: {{ {target}: ... }}`"
+    )]
+    NoSource { target: String },
 }
 
 /// The template context of one delivery, built once.
+#[derive(Clone)]
 pub struct Context {
     payload: Result<serde_json::Value, String>,
     headers: BTreeMap<String, String>,
@@ -172,6 +182,8 @@ pub struct Context {
     repeated_headers: BTreeSet<String>,
     body: Option<String>,
     event: Option<TemplateValue>,
+    /// The object a target's refresh fetched, for that target's fields.
+    source: Option<serde_json::Value>,
 }
 
 impl fmt::Debug for Context {
@@ -208,7 +220,7 @@ impl Context {
         } else {
             serde_json::from_slice(delivery.body).map_err(|e| e.to_string())
         };
-        Context { payload, headers, repeated_headers, body, event: None }
+        Context { payload, headers, repeated_headers, body, event: None, source: None }
     }
 
     fn value(&self) -> TemplateValue {
@@ -226,7 +238,15 @@ impl Context {
         if let Some(event) = &self.event {
             map.insert("event", event.clone());
         }
+        if let Some(source) = &self.source {
+            map.insert("source", TemplateValue::from(Serde(source)));
+        }
         TemplateValue::from(Serde(&map))
+    }
+
+    /// Sets the object a refresh fetched, for rendering the target that fetched it.
+    pub fn set_source(&mut self, source: Option<serde_json::Value>) {
+        self.source = source;
     }
 
     /// The payload, if the body parsed.
@@ -374,18 +394,100 @@ impl CompiledPipeline {
             external_id_field: target.external_id_field.clone(),
             external_id_value,
             fields,
+            refresh_url: None,
         })
     }
 
-    /// Everything at once: identity and the rendered writes of the due targets.
-    pub fn evaluate(&self, delivery: &Delivery<'_>) -> Result<(Identity, Vec<Upsert>), EvalError> {
-        let (identity, ctx) = self.identify(delivery)?;
-        let upserts = self
-            .due_targets(&ctx)?
-            .into_iter()
-            .map(|i| self.render_target(i, &ctx))
-            .collect::<Result<Vec<_>, _>>()?;
+    /// Everything at once: identity and the rendered writes of the due targets, each
+    /// refreshing target given its fetched object from `sources` (by target name).
+    pub fn evaluate(
+        &self,
+        delivery: &Delivery<'_>,
+        sources: &BTreeMap<String, serde_json::Value>,
+    ) -> Result<(Identity, Vec<Upsert>), EvalError> {
+        let (identity, mut ctx) = self.identify(delivery)?;
+        let mut upserts = Vec::new();
+        for index in self.due_targets(&ctx)? {
+            let target = &self.targets[index];
+            let mut refresh_url = None;
+            if target.refresh.is_some() {
+                refresh_url = Some(self.render_refresh_url(index, &ctx)?);
+                let Some(source) = sources.get(&target.name) else {
+                    return Err(EvalError::NoSource { target: target.name.clone() });
+                };
+                ctx.set_source(Some(source.clone()));
+                // A source that says it is gone is not written.
+                if self.source_gone(index, &ctx)? {
+                    ctx.set_source(None);
+                    continue;
+                }
+            }
+            let mut upsert = self.render_target(index, &ctx)?;
+            upsert.refresh_url = refresh_url;
+            ctx.set_source(None);
+            upserts.push(upsert);
+        }
         Ok((identity, upserts))
+    }
+
+    /// The URL a target's refresh fetches. It starts with the origin written in the
+    /// pipeline, so a payload cannot send the request elsewhere.
+    pub fn render_refresh_url(&self, index: usize, ctx: &Context) -> Result<String, EvalError> {
+        let refresh = self.targets[index].refresh.as_ref().expect("a target that refreshes");
+        let url = self.render(&refresh.url, &refresh.url, ctx)?;
+        let rest = url.strip_prefix(&refresh.origin).unwrap_or("-");
+        let starts_right = rest.is_empty() || rest.starts_with(['/', '?', '#']);
+        if !starts_right || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(EvalError::RefreshUrl {
+                what: refresh.url.clone(),
+                url: printable(&url, SHOWN_CHARS_MAX),
+                origin: refresh.origin.clone(),
+            });
+        }
+        Ok(url)
+    }
+
+    /// Whether the refresh's `gone_if` holds for the source set in `ctx`.
+    pub fn source_gone(&self, index: usize, ctx: &Context) -> Result<bool, EvalError> {
+        let refresh = self.targets[index].refresh.as_ref();
+        match refresh.and_then(|r| r.gone_if.as_ref()) {
+            Some(template) => Ok(self.render(template, template, ctx)? == "true"),
+            None => Ok(false),
+        }
+    }
+
+    /// The version a fetched object carries at the refresh's `version` pointer, as the
+    /// pipeline's ordering reads versions; `None` without a pointer or without ordering.
+    pub fn source_version(
+        &self,
+        index: usize,
+        source: &serde_json::Value,
+    ) -> Result<Option<Version>, EvalError> {
+        let refresh = self.targets[index].refresh.as_ref();
+        let (Some(pointer), Some(ordering)) =
+            (refresh.and_then(|r| r.version.as_ref()), &self.ordering)
+        else {
+            return Ok(None);
+        };
+        let what = format!("targets[{index}].refresh.version");
+        let text = match source.pointer(pointer) {
+            Some(serde_json::Value::String(text)) => text.clone(),
+            Some(serde_json::Value::Number(number)) => number.to_string(),
+            None | Some(serde_json::Value::Null) => {
+                return Err(EvalError::MissingPointer { what, pointer: pointer.clone() });
+            }
+            Some(other) => {
+                let found = if other.is_object() {
+                    "an object"
+                } else if other.is_array() {
+                    "an array"
+                } else {
+                    "a boolean"
+                };
+                return Err(EvalError::NotScalar { what, pointer: pointer.clone(), found });
+            }
+        };
+        parse_version(&text, ordering.version_type).map(Some)
     }
 
     fn source(

@@ -25,6 +25,10 @@ pub struct Fixture {
     /// file path. Never a production secret.
     #[serde(default)]
     pub secrets: BTreeMap<String, String>,
+    /// The objects targets with `refresh:` fetch, by target name: `check` stays offline.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub sources: BTreeMap<String, serde_json::Value>,
     pub request: FixtureRequest,
     pub expect: Expectation,
 }
@@ -130,6 +134,9 @@ pub struct ExpectedUpsert {
     pub external_id: ExpectedExternalId,
     #[serde(default)]
     pub fields: BTreeMap<String, String>,
+    /// For a target with `refresh:`: the URL it fetches.
+    #[serde(default)]
+    pub refresh_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -203,10 +210,11 @@ impl Fixture {
             return Ok(Outcome::Rejected(rejection));
         }
         let delivery = Delivery { headers: &headers, body };
-        let evaluated = pipeline.evaluate(&delivery).and_then(|(identity, upserts)| {
-            pipeline.check_future(&identity, now.unix_ms)?;
-            Ok((identity, upserts))
-        });
+        let evaluated =
+            pipeline.evaluate(&delivery, &self.sources).and_then(|(identity, upserts)| {
+                pipeline.check_future(&identity, now.unix_ms)?;
+                Ok((identity, upserts))
+            });
         Ok(match evaluated {
             Ok((identity, upserts)) => Outcome::Derived(identity, upserts),
             Err(error) => Outcome::Failed(error.to_string()),
@@ -414,6 +422,9 @@ impl Outcome {
                             q(&upsert.external_id_field),
                             q(&upsert.external_id_value)
                         ));
+                        if let Some(url) = &upsert.refresh_url {
+                            out.push_str(&format!("      refresh_url: {}\n", q(url)));
+                        }
                         if !upsert.fields.is_empty() {
                             out.push_str("      fields:\n");
                             for (name, value) in &upsert.fields {
@@ -514,6 +525,12 @@ fn compare_upserts(
                 None => differences
                     .push(format!("fields.{field}: expected `{value}`, but it is not written")),
             }
+        }
+        match (&expected.refresh_url, &actual.refresh_url) {
+            (Some(e), Some(a)) => differ(&mut differences, "refresh_url", e, a),
+            (Some(e), None) => differences
+                .push(format!("refresh_url: expected `{e}`, but the target does not refresh")),
+            (None, _) => {}
         }
         for field in actual.fields.keys().filter(|f| !expected.fields.contains_key(*f)) {
             differences.push(format!(

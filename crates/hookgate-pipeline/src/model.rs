@@ -662,6 +662,91 @@ pub struct Target {
     /// Field name to template. Every rendered value is a string.
     #[serde(default)]
     pub fields: BTreeMap<String, String>,
+    /// Fetch the current source object just before the write, for senders without versions:
+    /// `fields` then see it as `source`, so a late delivery writes today's state.
+    #[serde(default)]
+    pub refresh: Option<Refresh>,
+}
+
+/// An HTTP request for the current state of the object an event names.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Refresh {
+    /// A template over `payload`, `headers`, `body` and `event`; its scheme and host are
+    /// written out, so that a payload cannot send the request elsewhere, e.g.
+    /// `https://api.stripe.com/v1/customers/{{ payload.data.object.id }}`.
+    pub url: String,
+    #[serde(default)]
+    pub method: RefreshMethod,
+    /// Header name to value, sent as written (no secrets here: see `auth`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub auth: Option<RefreshAuth>,
+    /// How long the request may take, at most the worker's call timeout.
+    #[serde(default = "default_refresh_timeout")]
+    #[schemars(with = "String")]
+    pub timeout: HumanDuration,
+    /// What a 404 or 410 means: the object is gone, so the write is skipped with evidence
+    /// (`skip`, the default), or dead-lettered for an operator (`dead`).
+    #[serde(default)]
+    pub not_found: NotFound,
+    /// An expression over `source` (and the delivery's variables) that says a fetched object
+    /// is gone although it was found, e.g. Stripe's `source.deleted`: handled as `not_found`.
+    #[serde(default)]
+    pub gone_if: Option<String>,
+    /// A JSON pointer into the fetched object to its own version (`/updated`): the write then
+    /// carries that version for ordering instead of the delivery's.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Bytes of the fetched object read at most.
+    #[serde(default = "default_refresh_bytes_max")]
+    pub max_bytes: usize,
+    /// Plain `http://` to a host that is not loopback (never for production APIs).
+    #[serde(default)]
+    pub allow_plain_http: bool,
+}
+
+fn default_refresh_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+
+fn default_refresh_bytes_max() -> usize {
+    1024 * 1024
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum RefreshMethod {
+    #[default]
+    Get,
+    Post,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NotFound {
+    #[default]
+    Skip,
+    Dead,
+}
+
+/// How a refresh authenticates; every secret is a reference.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RefreshAuth {
+    /// `Authorization: Bearer <secret>`.
+    Bearer(SecretRef),
+    /// `Authorization: Basic <username:password>`; Stripe's secret key is a username with
+    /// an empty password.
+    Basic {
+        #[serde(default)]
+        username: Option<SecretRef>,
+        #[serde(default)]
+        password: Option<SecretRef>,
+    },
+    /// The secret in a header of its own, e.g. `X-Api-Key`.
+    ApiKey { header: String, secret: SecretRef },
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -758,6 +843,11 @@ pub struct InstancesFile {
     /// reference. Without it, payloads are stored in plaintext (`check` warns).
     #[serde(default)]
     pub payload_encryption: Option<PayloadEncryption>,
+    /// Where this deployment sends the refreshes that pipelines write for an origin: origin
+    /// to origin, e.g. `https://api.stripe.com: http://127.0.0.1:12111` for a test double.
+    /// The pipeline's path and query are kept.
+    #[serde(default)]
+    pub source_origins: BTreeMap<String, String>,
 }
 
 /// Keys for payloads at rest.

@@ -93,7 +93,8 @@ mod evaluation {
         body: &str,
     ) -> Result<(crate::evaluate::Identity, Vec<crate::evaluate::Upsert>), EvalError> {
         let headers = vec![("X-Trace".to_owned(), b"abc".to_vec())];
-        pipeline.evaluate(&Delivery { headers: &headers, body: body.as_bytes() })
+        pipeline
+            .evaluate(&Delivery { headers: &headers, body: body.as_bytes() }, &Default::default())
     }
 
     #[test]
@@ -272,7 +273,8 @@ mod evaluation {
         let key = |values: &[&str]| {
             let headers: Vec<(String, Vec<u8>)> =
                 values.iter().map(|v| ("X-Id".to_owned(), v.as_bytes().to_vec())).collect();
-            p.evaluate(&Delivery { headers: &headers, body: br#"{"id":"1"}"# }).map(|r| r.0.key)
+            p.evaluate(&Delivery { headers: &headers, body: br#"{"id":"1"}"# }, &Default::default())
+                .map(|r| r.0.key)
         };
         assert_eq!(key(&["a"]).unwrap(), "a");
         assert_eq!(key(&["a", "a"]).unwrap(), "a", "the same value twice says one thing");
@@ -387,7 +389,8 @@ fn sns_key_hosts_are_regional_endpoints_only() {
 #[test]
 fn instances_report_every_mistake_and_where_a_duplicate_was_first_defined() {
     let source = "connectors:\n  - name: crm\n    kind: mock\n  - name: crm\n    kind: mokc\n  - name: Sales\n    kind: salesforce\n\
-                  payload_encryption:\n  keys:\n    - id: k1\n      secret: { env: A }\n    - id: k1\n      secret: { env: B }\n    - id: K 2\n      secret: { env: C }\n";
+                  payload_encryption:\n  keys:\n    - id: k1\n      secret: { env: A }\n    - id: k1\n      secret: { env: B }\n    - id: K 2\n      secret: { env: C }\n\
+                  source_origins:\n  https://api.stripe.com/v1: http://127.0.0.1:12111\n  https://api.github.com: http://mirror.example\n  https://ok.example: http://localhost:1\n";
     let (_, diagnostics) = load_instances("hookgate.yaml", source);
     let rendered: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -398,6 +401,8 @@ fn instances_report_every_mistake_and_where_a_duplicate_was_first_defined() {
             "hookgate.yaml:6:11: error[H0201]: invalid connector name `Sales`\n  = hint: names use lowercase letters, digits, `-` and `_`, start with a letter, and have at most 64 characters",
             "hookgate.yaml:12:11: error[H0202]: duplicate payload key id `k1`\n  = hint: each row records the id of its key: ids must be unique\n  = note: hookgate.yaml:10:11: first defined here",
             "hookgate.yaml:14:11: error[H0201]: invalid payload key id `K 2`\n  = hint: names use lowercase letters, digits, `-` and `_`, start with a letter, and have at most 64 characters",
+            "hookgate.yaml:17:30: error[H0703]: `https://api.stripe.com/v1: http://127.0.0.1:12111` is not an origin to an origin\n  = hint: write origins as `scheme://host[:port]`, without a path",
+            "hookgate.yaml:18:27: error[H0703]: `http://mirror.example` is plain http to a host that is not loopback\n  = hint: write origins as `scheme://host[:port]`, without a path",
         ],
         "{rendered:#?}"
     );
@@ -414,4 +419,31 @@ fn positions_hold_with_crlf_line_endings() {
         rendered[0].starts_with("p.yaml:16:23: error[H0501]: template syntax error"),
         "{rendered:#?}"
     );
+}
+
+/// A refresh URL's origin is what is written before its first template, up to the `/`, `?`
+/// or `#` that ends the host: what a payload renders can only land in the path or query.
+#[test]
+fn refresh_origins_are_written_out_before_any_template() {
+    use crate::check::refresh_origin;
+    for (url, origin) in [
+        ("https://API.Stripe.com/v1/customers/{{ id }}", "https://api.stripe.com"),
+        ("https://api.example.com:8443/{{ id }}", "https://api.example.com:8443"),
+        ("https://api.example.com?id={{ id }}", "https://api.example.com"),
+        ("http://127.0.0.1:9/x", "http://127.0.0.1:9"),
+        ("https://api.example.com", "https://api.example.com"),
+    ] {
+        assert_eq!(refresh_origin(url).as_deref(), Ok(origin), "{url}");
+    }
+    for url in [
+        "https://api.example.com{{ suffix }}/x",
+        "https://{{ host }}/x",
+        "https://api.example.com{# c #}.evil/x",
+        "ftp://api.example.com/x",
+        "api.example.com/x",
+        "https://user@api.example.com/x",
+        "https://api.example.com\\@evil/x",
+    ] {
+        assert!(refresh_origin(url).is_err(), "{url}");
+    }
 }

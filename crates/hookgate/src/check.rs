@@ -148,6 +148,12 @@ pub fn load(options: &Options) -> Project {
         references.extend(
             loaded.compiled.secrets.iter().map(|(r, p)| (loaded.compiled.file.as_str(), r, *p)),
         );
+        let refreshes = loaded.compiled.targets.iter().filter_map(|t| t.refresh.as_ref());
+        references.extend(
+            refreshes
+                .flat_map(|r| r.secrets.iter())
+                .map(|(r, p)| (loaded.compiled.file.as_str(), r, *p)),
+        );
         if options.secrets != SecretPolicy::Require {
             for name in fixture_secret_names(&loaded.path) {
                 supplied.insert((loaded.compiled.file.clone(), name));

@@ -19,6 +19,8 @@ use hookgate_server::ServerConfig;
 use hookgate_store::{EventFilter, StoreOptions, state};
 use hookgate_verify::{Algorithm, Encoding, compute_mac};
 
+use hookgate_fakes::stripe::{self, FakeStripe};
+
 use crate::payloads::Views;
 use crate::serve::{self, ServeOptions};
 use crate::{check, connectors, events, secrets};
@@ -52,17 +54,25 @@ pub async fn run(options: DemoOptions) -> Result<String> {
         }
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // Stripe's API, faked on loopback: the stripe pipeline fetches the customer an event
+    // names before writing it, and the customer has changed its email since the event.
+    let stripe_api = FakeStripe::start().await;
+    stripe_api.put_customer(
+        "cus_demo",
+        serde_json::json!({"email": "ada.lovelace@example.com", "created": now_ms() / 1000, "livemode": false}),
+    );
     let instances = dir.join("hookgate.yaml");
     std::fs::write(
         &instances,
         format!(
             // Every CRM of the shipped pipelines is a mock here, with the same faults.
-            "connectors:\n{}{}{}{}",
+            "connectors:\n{}{}{}{}source_origins:\n  https://api.stripe.com: {}\n",
             mock_instance("crm", &dir),
             mock_instance("salesforce", &dir),
             mock_instance("hubspot", &dir),
             // Payloads are sealed at rest, as production should have them.
             "payload_encryption:\n  keys:\n    - id: demo-k1\n      secret: { env: HOOKGATE_DEMO_PAYLOAD_KEY }\n",
+            stripe_api.base_url,
         ),
     )?;
     let resolver = secrets::Resolver::Fixed(HashMap::from([
@@ -72,6 +82,7 @@ pub async fn run(options: DemoOptions) -> Result<String> {
         ("CRM_PARTNER_SECRET".to_owned(), PARTNER_SECRET.to_owned()),
         ("SHOPIFY_WEBHOOK_SECRET".to_owned(), "demo-shopify-secret".to_owned()),
         ("SIGNUPS_SECRET".to_owned(), "demo-signups-secret".to_owned()),
+        ("STRIPE_API_KEY".to_owned(), stripe::SECRET_KEY.to_owned()),
         // A demo key, public like the demo's secrets: never one to keep data under.
         (
             "HOOKGATE_DEMO_PAYLOAD_KEY".to_owned(),
@@ -263,10 +274,12 @@ pub async fn run(options: DemoOptions) -> Result<String> {
             record.fields
         );
     }
-    // Two stories: mona's push (a duplicate, a conflict, faults and their reconciliation), and
-    // the patient's late, older update, which was never written.
+    // Three stories: mona's push (a duplicate, a conflict, faults and their reconciliation),
+    // the Stripe customer written as Stripe has it now, and the patient's late, older update,
+    // which was never written.
     let stories = [
         listed.iter().find(|e| e.pipeline == "github"),
+        listed.iter().find(|e| e.pipeline == "stripe"),
         listed.iter().rev().find(|e| e.pipeline == "crm-partner"),
     ];
     for event in stories.into_iter().flatten() {

@@ -11,11 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use hookgate_connector_http::HttpSettings;
+use base64::Engine as _;
+use hookgate_connector::Secret;
+use hookgate_connector_http::{HttpSettings, HttpSourceFetcher};
 use hookgate_engine::{
-    FetchError, Gateway, KeyFetcher, ServedPipeline, Worker, WorkerConfig, now_ms,
+    FetchError, Gateway, KeyFetcher, ServedPipeline, Sources, Worker, WorkerConfig, now_ms,
 };
 use hookgate_pipeline::Instances;
+use hookgate_pipeline::model::{RefreshAuth, SecretRef};
 use hookgate_server::ServerConfig;
 use hookgate_store::{PURGE_BATCH, Store, StoreOptions};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -137,7 +140,8 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
     }
     if let Some(config) = options.workers.clone() {
         let connectors = connectors::build(&instances, &options.resolver).await?;
-        let worker = Worker::new(gateway.clone(), connectors, config);
+        let sources = sources(&gateway, &instances, &options.resolver)?;
+        let worker = Worker::new(gateway.clone(), connectors, config).with_sources(sources);
         tasks.push(tokio::spawn(worker.run(stopped(receiver.clone()))));
         tasks.push(tokio::spawn(sweep(gateway.clone(), stopped(receiver.clone()))));
     }
@@ -203,6 +207,56 @@ async fn sweep(gateway: Gateway, shutdown: impl Future<Output = ()>) {
             () = tokio::time::sleep(SWEEP_INTERVAL) => {}
         }
     }
+}
+
+/// The source fetcher and each refreshing target's credentials, resolved now: a missing
+/// secret stops the start, not the first write.
+fn sources(
+    gateway: &Gateway,
+    instances: &Instances,
+    resolver: &secrets::Resolver,
+) -> Result<Sources> {
+    let mut sources = Sources {
+        origins: instances.source_origins.clone().into_iter().collect(),
+        ..Sources::default()
+    };
+    for pipeline in gateway.pipelines() {
+        for target in &pipeline.compiled.targets {
+            let Some(refresh) = &target.refresh else { continue };
+            if sources.fetcher.is_none() {
+                sources.fetcher = Some(Arc::new(HttpSourceFetcher::new()?));
+            }
+            let Some(auth) = &refresh.auth else { continue };
+            let context = || {
+                format!(
+                    "pipeline `{}`, target `{}`: refresh auth",
+                    pipeline.compiled.name, target.name
+                )
+            };
+            let text = |reference: &SecretRef| -> Result<String> {
+                let secret = resolver.resolve(reference).with_context(context)?;
+                String::from_utf8(secret.expose().to_vec())
+                    .map_err(|_| anyhow::anyhow!("{reference} is not UTF-8 text"))
+                    .with_context(context)
+            };
+            let headers = match auth {
+                RefreshAuth::Bearer(token) => {
+                    vec![("authorization".to_owned(), format!("Bearer {}", text(token)?))]
+                }
+                RefreshAuth::Basic { username, password } => {
+                    let username = username.as_ref().map(&text).transpose()?.unwrap_or_default();
+                    let password = password.as_ref().map(&text).transpose()?.unwrap_or_default();
+                    let pair = base64::engine::general_purpose::STANDARD
+                        .encode(format!("{username}:{password}"));
+                    vec![("authorization".to_owned(), format!("Basic {pair}"))]
+                }
+                RefreshAuth::ApiKey { header, secret } => vec![(header.clone(), text(secret)?)],
+            };
+            let headers = headers.into_iter().map(|(n, v)| (n, Secret::new(v))).collect();
+            sources.auth.insert((pipeline.compiled.name.clone(), target.name.clone()), headers);
+        }
+    }
+    Ok(sources)
 }
 
 /// Deletes the payloads of `pipeline` older than `payload_retention`, a batch at a time.
