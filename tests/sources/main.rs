@@ -21,6 +21,7 @@ use serde_json::json;
 use support::*;
 
 const STRIPE_SECRET: &str = "stripe-e2e-secret";
+const PAYLOAD_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -35,7 +36,8 @@ impl Setup {
             setup.instances(),
             format!(
                 "connectors:\n  - name: crm\n    kind: mock\n    settings: {settings}\n\
-                 source_origins:\n  https://api.stripe.com: {}\n",
+                 source_origins:\n  https://api.stripe.com: {}\n\
+                 payload_encryption:\n  keys:\n    - id: k1\n      secret: {{ env: TEST_PAYLOAD_KEY }}\n",
                 setup.stripe.base_url
             ),
         )
@@ -57,6 +59,7 @@ impl Setup {
             .instances(self.instances())
             .workers(2)
             .env("STRIPE_API_KEY", SECRET_KEY)
+            .env("TEST_PAYLOAD_KEY", PAYLOAD_KEY)
     }
 
     async fn effects(&self) -> Vec<Effect> {
@@ -154,8 +157,10 @@ async fn a_late_delivery_writes_the_freshly_fetched_state_and_a_gone_source_is_s
         let (late_state, late_attempts) = settled(&store, late).await;
         assert_eq!(late_state, state::DONE);
         assert_eq!(steps(&late_attempts), ["refresh:fetched", "upsert:updated"]);
-        let fetched = late_attempts[0].excerpt.as_deref().unwrap();
-        assert!(fetched.contains("new@example.com"), "the fetch is kept as evidence: {fetched}");
+        // The fetch is kept as evidence, sealed like the payload it came for.
+        assert_eq!(late_attempts[0].sealed_with.as_deref(), Some("k1"));
+        let sealed = late_attempts[0].excerpt.as_deref().unwrap();
+        assert!(!sealed.contains("example.com"), "{sealed}");
         let effects = setup.effects().await;
         assert_eq!(effects.len(), 2, "{effects:?}");
         for effect in &effects {
@@ -184,15 +189,24 @@ async fn a_late_delivery_writes_the_freshly_fetched_state_and_a_gone_source_is_s
             assert!(attempts[0].error.as_deref().unwrap().contains("gone"), "{attempts:?}");
         }
         assert_eq!(setup.effects().await.len(), 2, "nothing written for a gone customer");
-        let shown = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-            .args(["events", "show", &missing.to_string(), "--database-url", database.url()])
-            .arg("--pipelines")
-            .arg(root().join("tests/sources"))
-            .output()
-            .unwrap();
-        let story = String::from_utf8_lossy(&shown.stdout);
+        let show = |id: i64| {
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+                .args(["events", "show", &id.to_string(), "--database-url", database.url()])
+                .arg("--pipelines")
+                .arg(root().join("tests/sources"))
+                .arg("--instances")
+                .arg(setup.instances())
+                .env("TEST_PAYLOAD_KEY", PAYLOAD_KEY)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        };
+        let story = show(missing);
         assert!(story.contains("refresh  source_gone  status 404"), "{story}");
         assert!(story.contains("No such customer: 'cus_missing'"), "{story}");
+        let story = show(late);
+        assert!(story.contains("refresh  fetched  status 200"), "{story}");
+        assert!(story.contains(r#"answer: {"email":"new@example.com""#), "{story}");
         store.close().await;
         drop(server);
         database.cleanup().await;
@@ -254,7 +268,8 @@ async fn source_faults_are_classified_and_the_fetched_version_orders_the_write()
         attempts[0].error.as_deref().unwrap().contains("larger than max_bytes (4096)"),
         "{attempts:?}"
     );
-    assert!(attempts[0].excerpt.as_deref().unwrap().starts_with('{'), "{attempts:?}");
+    // The start of the answer is kept (sealed, as every answer is here).
+    assert!(attempts[0].excerpt.is_some() && attempts[0].sealed_with.as_deref() == Some("k1"));
 
     // The fetched version orders: v300 written; an event older than it never fetches; an
     // event newer than the source (its replica lags) waits until the source catches up.

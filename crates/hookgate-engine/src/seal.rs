@@ -31,6 +31,8 @@ pub enum Part {
     Body,
     /// Kept headers (an event's, or a delivery's excerpt), as JSON text.
     Headers,
+    /// The start of a CRM's or a source's answer, kept with an attempt.
+    Answer,
 }
 
 impl Part {
@@ -38,6 +40,7 @@ impl Part {
         match self {
             Part::Body => "body",
             Part::Headers => "headers",
+            Part::Answer => "answer",
         }
     }
 }

@@ -391,6 +391,15 @@ impl Worker {
     async fn finish(&self, attempt: Attempt<'_>, mut finish: Finish) -> Result<(), StoreError> {
         let item = attempt.item;
         finish.calls = attempt.calls;
+        // Answers can echo the payload (a record's fields, a fetched object): sealed like it.
+        if let Some(keyring) = self.gateway.keyring() {
+            for call in &mut finish.calls {
+                if let Some(excerpt) = &call.excerpt {
+                    call.excerpt = Some(keyring.seal_text(Part::Answer, &item.pipeline, excerpt));
+                    call.sealed_with = Some(keyring.current().to_owned());
+                }
+            }
+        }
         // A dead letter's reason ("attempts exhausted (4): ...") stays in the evidence after a
         // replay clears the item's last error.
         if finish.state == state::DEAD
@@ -765,6 +774,7 @@ impl Attempt<'_> {
             record_id,
             meta: (!answer.meta.is_empty())
                 .then(|| serde_json::to_string(&answer.meta).unwrap_or_default()),
+            sealed_with: None,
         });
     }
 }

@@ -109,10 +109,13 @@ pub struct Call {
     pub finished_at_ms: i64,
     pub outcome: String,
     pub status: Option<i64>,
+    /// The start of the answer, or its sealed form (see `sealed_with`).
     pub excerpt: Option<String>,
     pub error: Option<String>,
     pub record_id: Option<String>,
     pub meta: Option<String>,
+    /// The payload key the excerpt is sealed under; `None`: plaintext.
+    pub sealed_with: Option<String>,
 }
 
 /// How an attempt ended, and what becomes of its item.
@@ -163,6 +166,8 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     pub record_id: Option<String>,
     pub meta: Option<String>,
+    /// The payload key `excerpt` is sealed under; `None`: plaintext.
+    pub sealed_with: Option<String>,
 }
 
 /// `o` is the head of its entity (see the module documentation). Versions compare as sort
@@ -488,13 +493,13 @@ impl Store {
                 let query = match call.row {
                     Some(row) => sqlx::query(
                         "UPDATE attempts SET finished_at_ms = $2, action = $3, outcome = $4, status = $5, excerpt = $6, \
-                         error = $7, record_id = $8, meta = $9 WHERE id = $1",
+                         error = $7, record_id = $8, meta = $9, sealed_with = $10 WHERE id = $1",
                     )
                     .bind(row),
                     None => sqlx::query(
                         "INSERT INTO attempts (outbox_id, finished_at_ms, action, outcome, status, excerpt, error, \
-                         record_id, meta, event_id, attempt, worker, started_at_ms) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                         record_id, meta, sealed_with, event_id, attempt, worker, started_at_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
                     )
                     .bind(item.id),
                 };
@@ -506,7 +511,8 @@ impl Store {
                     .bind(&call.excerpt)
                     .bind(&call.error)
                     .bind(&call.record_id)
-                    .bind(&call.meta);
+                    .bind(&call.meta)
+                    .bind(&call.sealed_with);
                 let query = match call.row {
                     Some(_) => query,
                     None => query
@@ -527,7 +533,7 @@ impl Store {
         read_on_both!(self, pool => {
             let rows = sqlx::query(
                 "SELECT id, outbox_id, attempt, worker, started_at_ms, finished_at_ms, action, outcome, status, excerpt, \
-                 error, record_id, meta FROM attempts WHERE event_id = $1 ORDER BY id",
+                 error, record_id, meta, sealed_with FROM attempts WHERE event_id = $1 ORDER BY id",
             )
             .bind(event_id)
             .fetch_all(pool)
@@ -548,6 +554,7 @@ impl Store {
                         error: r.try_get("error")?,
                         record_id: r.try_get("record_id")?,
                         meta: r.try_get("meta")?,
+                        sealed_with: r.try_get("sealed_with")?,
                     })
                 })
                 .collect()

@@ -27,6 +27,15 @@ impl PayloadTable {
     }
 }
 
+/// One attempt's answer excerpt as stored, with the pipeline it is sealed for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAnswer {
+    pub id: i64,
+    pub pipeline: String,
+    pub sealed_with: Option<String>,
+    pub excerpt: String,
+}
+
 /// One row's payload as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredPayload {
@@ -49,21 +58,37 @@ impl Store {
     pub async fn purge_payloads(&self, pipeline: &str, cutoff_ms: i64, now_ms: i64) -> Result<u64> {
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
-            let purged = sqlx::query(
-                "UPDATE events SET body = $4, headers = '[]', sealed_with = NULL, payload_purged_at_ms = $3 \
-                 WHERE id IN (SELECT id FROM events WHERE pipeline = $1 AND received_at_ms < $2 \
+            let ids: Vec<i64> = sqlx::query_scalar(
+                "SELECT id FROM events WHERE pipeline = $1 AND received_at_ms < $2 \
                  AND payload_purged_at_ms IS NULL \
                  AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id AND outbox.state IN ('pending', 'in_flight')) \
-                 ORDER BY received_at_ms LIMIT $5)",
+                 ORDER BY received_at_ms LIMIT $3",
             )
             .bind(pipeline)
             .bind(cutoff_ms)
-            .bind(now_ms)
-            .bind(Vec::<u8>::new())
             .bind(PURGE_BATCH)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut purged = 0;
+            if !ids.is_empty() {
+                // Integers, so the list is safe to write into the statement.
+                let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+                purged = sqlx::query(&format!(
+                    "UPDATE events SET body = $1, headers = '[]', sealed_with = NULL, payload_purged_at_ms = $2 \
+                     WHERE id IN ({list}) AND payload_purged_at_ms IS NULL"
+                ))
+                .bind(Vec::<u8>::new())
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                // The CRM's and the source's answers can echo the payload: they go with it.
+                sqlx::query(&format!(
+                    "UPDATE attempts SET excerpt = NULL, sealed_with = NULL WHERE event_id IN ({list})"
+                ))
+                .execute(&mut *tx)
+                .await?;
+            }
             // Deliveries are evidence only: nothing renders from them.
             sqlx::query(
                 "UPDATE deliveries SET body = NULL, headers = '[]', sealed_with = NULL, payload_purged_at_ms = $3 \
@@ -113,6 +138,62 @@ impl Store {
                     })
                 })
                 .collect()
+        })
+    }
+
+    /// Up to `limit` attempts after `after_id` whose answer excerpt is not sealed under
+    /// `current`, in id order.
+    pub async fn answers_not_under(
+        &self,
+        current: &str,
+        after_id: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredAnswer>> {
+        read_on_both!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT a.id, o.pipeline, a.sealed_with, a.excerpt FROM attempts a JOIN outbox o ON o.id = a.outbox_id \
+                 WHERE a.id > $1 AND a.excerpt IS NOT NULL AND COALESCE(a.sealed_with, '') <> $2 ORDER BY a.id LIMIT $3",
+            )
+            .bind(after_id)
+            .bind(current)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(StoredAnswer {
+                        id: row.try_get("id")?,
+                        pipeline: row.try_get("pipeline")?,
+                        sealed_with: row.try_get("sealed_with")?,
+                        excerpt: row.try_get("excerpt")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Replaces an attempt's answer excerpt by its re-sealed form, only if it is still sealed
+    /// under `from` and not purged.
+    pub async fn reseal_answer(
+        &self,
+        id: i64,
+        from: Option<&str>,
+        to: &str,
+        excerpt: &str,
+    ) -> Result<bool> {
+        on_both!(self, pool => {
+            let changed = sqlx::query(
+                "UPDATE attempts SET excerpt = $1, sealed_with = $2 \
+                 WHERE id = $3 AND excerpt IS NOT NULL AND COALESCE(sealed_with, '') = $4",
+            )
+            .bind(excerpt)
+            .bind(to)
+            .bind(id)
+            .bind(from.unwrap_or_default())
+            .execute(pool)
+            .await?
+            .rows_affected();
+            Ok(changed == 1)
         })
     }
 

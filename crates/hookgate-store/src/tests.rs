@@ -319,6 +319,7 @@ async fn an_expired_lease_passes_to_another_worker_and_fences_the_first() {
                 error: None,
                 record_id: Some("R1".into()),
                 meta: None,
+                sealed_with: None,
             }],
             ..finish(state::DONE, None)
         };

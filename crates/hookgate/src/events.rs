@@ -377,7 +377,12 @@ async fn story_json(
         .await?
         .iter()
         .map(|a| {
-            json!({
+            // A story is still told without the keys: the answer says why it is not shown.
+            let (answer, answer_error) = match views.open_answer(&event.pipeline, a) {
+                Ok(answer) => (answer, None),
+                Err(error) => (None, Some(format!("{error:#}"))),
+            };
+            Ok(json!({
                 "write": a.outbox_id,
                 "target": items.iter().find(|i| i.id == a.outbox_id).map(|i| i.target.as_str()),
                 "attempt": a.attempt,
@@ -387,12 +392,13 @@ async fn story_json(
                 "outcome": a.outcome,
                 "status": a.status,
                 "error": a.error,
-                "answer": a.excerpt,
+                "answer": answer,
+                "answer_error": answer_error,
                 "meta": a.meta,
                 "worker": a.worker,
-            })
+            }))
         })
-        .collect();
+        .collect::<Result<_>>()?;
     if let Value::Object(map) = &mut object {
         map.insert("delivery_list".into(), deliveries.into());
         map.insert("writes".into(), writes.into());
@@ -542,8 +548,18 @@ pub async fn story(store: &Store, views: &Views, event: &EventRecord) -> Result<
         if let Some(error) = &attempt.error {
             let _ = writeln!(out, "      error: {}", printable(error, TEXT_CHARS_MAX));
         }
-        if let Some(excerpt) = &attempt.excerpt {
-            let _ = writeln!(out, "      answer: {}", printable(excerpt, TEXT_CHARS_MAX));
+        match views.open_answer(&event.pipeline, &attempt) {
+            Ok(Some(excerpt)) => {
+                let _ = writeln!(out, "      answer: {}", printable(&excerpt, TEXT_CHARS_MAX));
+            }
+            Ok(None) => {}
+            Err(error) => {
+                let _ = writeln!(
+                    out,
+                    "      answer: not shown: {}",
+                    printable(&format!("{error:#}"), TEXT_CHARS_MAX)
+                );
+            }
         }
         if let Some(meta) = &attempt.meta {
             let _ = writeln!(out, "      meta: {}", printable(meta, TEXT_CHARS_MAX));

@@ -8,7 +8,9 @@ use anyhow::{Context as _, Result, anyhow};
 use hookgate_engine::seal::{Keyring, Part, open_stored, open_stored_text};
 use hookgate_pipeline::Instances;
 use hookgate_pipeline::redact::{Redaction, ShownBody};
-use hookgate_store::{DeliveryRecord, EventRecord, PayloadTable, Store, StoredPayload};
+use hookgate_store::{
+    AttemptRecord, DeliveryRecord, EventRecord, PayloadTable, Store, StoredPayload,
+};
 
 use crate::check::{self, SecretPolicy};
 use crate::secrets::Resolver;
@@ -125,6 +127,16 @@ impl Views {
         Ok(Some(opened.into_owned()))
     }
 
+    /// An attempt's answer excerpt (the CRM's or the source's), opened.
+    pub fn open_answer(&self, pipeline: &str, attempt: &AttemptRecord) -> Result<Option<String>> {
+        let Some(excerpt) = &attempt.excerpt else { return Ok(None) };
+        let key = attempt.sealed_with.as_deref();
+        let row = format!("attempt {}", attempt.id);
+        let opened = open_stored_text(self.keyring(), key, Part::Answer, pipeline, excerpt)
+            .map_err(|e| anyhow!("{row}: the answer {e}"))?;
+        Ok(Some(opened.into_owned()))
+    }
+
     /// A body as it may be shown for `pipeline`. A pipeline missing from the configuration
     /// has no known redaction, which the caller says.
     pub fn shown_body<'a>(&self, pipeline: &str, body: &'a [u8]) -> ShownBody<'a> {
@@ -202,6 +214,27 @@ pub async fn rotate(
         }
         rotation.resealed.push((table.name(), done));
     }
+    // The answers kept with attempts.
+    let (mut done, mut after) = (0u64, 0);
+    loop {
+        let rows = store.answers_not_under(current, after, batch).await?;
+        let Some(last) = rows.last() else { break };
+        after = last.id;
+        for row in &rows {
+            let key = row.sealed_with.as_deref();
+            let opened =
+                open_stored_text(Some(keyring), key, Part::Answer, &row.pipeline, &row.excerpt)
+                    .map_err(|e| anyhow!("attempts row {}: the answer {e}", row.id))?;
+            let sealed = keyring.seal_text(Part::Answer, &row.pipeline, &opened);
+            if store.reseal_answer(row.id, key, current, &sealed).await? {
+                done += 1;
+            } else {
+                rotation.skipped += 1;
+            }
+        }
+        progress("attempts", done);
+    }
+    rotation.resealed.push(("attempts", done));
     Ok(rotation)
 }
 
