@@ -322,6 +322,23 @@ async fn payloads_are_sealed_at_rest_opened_for_work_masked_for_operators_and_ro
             )),
             "{error}"
         );
+        // Rotating past a row that cannot be opened: it is named and left, the rest moves on.
+        let back_to_k1 = setup.instances("k1-k2.yaml", Some(&["k1", "k2"]));
+        let rotated = hookgate(&database, &back_to_k1, &["keys", "rotate"]);
+        assert!(!rotated.status.success());
+        let error = String::from_utf8_lossy(&rotated.stderr);
+        assert!(
+            error.contains(&format!(
+                "cannot re-seal events row {event_id}: the body does not open under key `k2`"
+            )),
+            "{error}"
+        );
+        assert!(error.contains("1 rows could not be opened"), "{error}");
+        let newer = store.event(newer_id).await.unwrap().unwrap();
+        assert_eq!(newer.sealed_with.as_deref(), Some("k1"), "the rows after it moved on");
+        let rejected =
+            stdout(&hookgate(&database, &back_to_k1, &["events", "rejected", "--body", "--json"]));
+        assert!(rejected.contains("[redacted]"), "other rows are shown: {rejected}");
         store.close().await;
         database.cleanup().await;
     }
@@ -346,8 +363,8 @@ async fn after_payload_retention_the_payload_is_gone_but_dedupe_and_evidence_sta
 
         // What the sweeper runs once an hour has passed.
         let now = hookgate_engine::now_ms();
-        assert_eq!(store.purge_payloads("orders", now + 1, now).await.unwrap(), 1);
-        assert_eq!(store.purge_payloads("orders", now + 1, now).await.unwrap(), 0);
+        assert_eq!(store.purge_payloads("orders", now + 1, now).await.unwrap().events, 1);
+        assert_eq!(store.purge_payloads("orders", now + 1, now).await.unwrap().events, 0);
         let event = store.event(event_id).await.unwrap().unwrap();
         assert!(event.body.is_empty() && event.headers_json == "[]", "{event:?}");
         assert_eq!(event.payload_purged_at_ms, Some(now));

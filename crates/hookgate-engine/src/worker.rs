@@ -207,27 +207,10 @@ impl Worker {
                 Refreshed::Stop => return Ok(()),
                 Refreshed::Finish(finish) => return self.finish(attempt, finish).await,
                 Refreshed::Source { object, version } => {
-                    if let (Some(version), Some(event_version)) = (&version, &item.version) {
-                        if version.sort_key < *event_version {
-                            // A lagging replica of the source: writing it would undo the event.
-                            let error = ConnectorError::Retryable {
-                                message: format!(
-                                    "the source is behind the event: its version {} is older than {}",
-                                    version.text,
-                                    item.version_text.as_deref().unwrap_or(event_version)
-                                ),
-                                retry_after: None,
-                                answer: Answer::default(),
-                            };
-                            attempt.record_error("version_check", &error);
-                            let finish = self.retry_or_dead(
-                                item,
-                                &pipeline.compiled.delivery,
-                                &error,
-                                item.in_doubt,
-                            );
-                            return self.finish(attempt, finish).await;
-                        }
+                    // The fetched version is checked by the same guard. It is not compared
+                    // with the delivery's own version, which may be on another clock (an
+                    // event's creation time, an object's update time).
+                    if let (Some(version), Some(_)) = (&version, &item.version) {
                         if let Some(reason) =
                             self.stale_at(item, &version.sort_key, &version.text).await?
                         {
@@ -521,7 +504,7 @@ impl Worker {
         };
         let mut headers: Vec<(String, Secret)> =
             refresh.headers.iter().map(|(n, v)| (n.clone(), Secret::new(v.clone()))).collect();
-        if refresh.auth.is_some() {
+        if refresh.auth.is_some() || !refresh.secret_headers.is_empty() {
             let key = (pipeline.compiled.name.clone(), target.name.clone());
             match self.sources.auth.get(&key) {
                 Some(auth) => headers.extend(auth.iter().cloned()),

@@ -85,6 +85,8 @@ pub struct CompiledRefresh {
     pub origin: String,
     pub method: RefreshMethod,
     pub headers: Vec<(String, String)>,
+    /// Headers whose values are secrets, by reference.
+    pub secret_headers: Vec<(String, SecretRef)>,
     pub auth: Option<RefreshAuth>,
     /// The auth's secret references with their positions.
     pub secrets: Vec<(SecretRef, Pos)>,
@@ -642,7 +644,7 @@ pub(crate) fn check_pipeline(
             } else {
                 target_names.insert(target.name.clone(), i);
             }
-            check_target(&mut c, i, target, instances)
+            check_target(&mut c, i, target, instances, model.ordering.is_some())
         })
         .collect();
 
@@ -1612,7 +1614,16 @@ fn check_redact(c: &mut Checker<'_>, redact: &Redact) -> Redaction {
             );
         }
     }
-    Redaction::new(&redact.body, &redact.headers)
+    for (i, pointer) in redact.source.iter().enumerate() {
+        if !pointer.starts_with('/') || pointer == "/" {
+            c.error(
+                Code::JsonPointer,
+                &path!["redact", "source", i],
+                format!("`{pointer}` is not a JSON pointer to a member"),
+            );
+        }
+    }
+    Redaction::new(&redact.body, &redact.headers, &redact.source)
 }
 
 fn check_pointer(c: &mut Checker<'_>, path: &[PathSegment], pointer: &str) {
@@ -1663,6 +1674,7 @@ fn check_target(
     i: usize,
     target: &Target,
     instances: Option<&Instances>,
+    has_ordering: bool,
 ) -> CompiledTarget {
     let connector_kind = match instances {
         None => None,
@@ -1710,7 +1722,7 @@ fn check_target(
         &target.external_id.value,
         EVENT_VARIABLES,
     );
-    let refresh = target.refresh.as_ref().map(|refresh| check_refresh(c, i, refresh));
+    let refresh = target.refresh.as_ref().map(|refresh| check_refresh(c, i, refresh, has_ordering));
     // `source` exists only in fields, and only where a refresh fetches it: the external id
     // and `when` are rendered at intake, before anything is fetched.
     let field_variables = if refresh.is_some() { SOURCE_VARIABLES } else { EVENT_VARIABLES };
@@ -1747,7 +1759,12 @@ const REFRESH_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// A target's `refresh:`, checked where a mistake could send a request elsewhere or wait
 /// forever.
-fn check_refresh(c: &mut Checker<'_>, i: usize, refresh: &Refresh) -> CompiledRefresh {
+fn check_refresh(
+    c: &mut Checker<'_>,
+    i: usize,
+    refresh: &Refresh,
+    has_ordering: bool,
+) -> CompiledRefresh {
     let at = |field: &str| -> Vec<PathSegment> { path!["targets", i, "refresh", field].to_vec() };
     let url = c.template(&at("url"), &refresh.url, EVENT_VARIABLES);
     let origin = match refresh_origin(&refresh.url) {
@@ -1779,6 +1796,13 @@ fn check_refresh(c: &mut Checker<'_>, i: usize, refresh: &Refresh) -> CompiledRe
         }
     }
     let mut secrets = Vec::new();
+    for (name, secret) in &refresh.secret_headers {
+        let path = path!["targets", i, "refresh", "secret_headers", name.as_str()];
+        if !valid_header_name(name) {
+            c.error(Code::HeaderName, &path, format!("`{name}` is not a valid header name"));
+        }
+        secrets.push((secret.clone(), c.doc.locate(&path).span.start));
+    }
     match &refresh.auth {
         Some(RefreshAuth::Bearer(secret)) => {
             let pos = c.doc.locate(&path!["targets", i, "refresh", "auth", "bearer"]).span.start;
@@ -1825,6 +1849,18 @@ fn check_refresh(c: &mut Checker<'_>, i: usize, refresh: &Refresh) -> CompiledRe
             format!("max_bytes is from 1 to {REFRESH_BYTES_MAX}"),
         );
     }
+    if refresh.version.is_some() && !has_ordering {
+        let span = c.doc.key_span(&at("version"));
+        c.diagnostics.push(
+            Diagnostic::warning(
+                Code::NoEffect,
+                c.file,
+                span,
+                "`refresh.version` has no effect without `ordering`",
+            )
+            .with_hint("declare `ordering:` so that writes of one entity are ordered by version"),
+        );
+    }
     if let Some(pointer) = &refresh.version
         && !pointer.starts_with('/')
     {
@@ -1836,6 +1872,11 @@ fn check_refresh(c: &mut Checker<'_>, i: usize, refresh: &Refresh) -> CompiledRe
         origin,
         method: refresh.method,
         headers: refresh.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+        secret_headers: refresh
+            .secret_headers
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect(),
         auth: refresh.auth.clone(),
         secrets,
         timeout,
@@ -1888,7 +1929,9 @@ fn is_loopback_host(host: &str) -> bool {
         }
         _ => host,
     };
-    name == "localhost" || name.starts_with("127.") || name == "[::1]"
+    name == "localhost"
+        || name == "[::1]"
+        || name.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// What a connector kind's API documents it cannot do, found before anything runs.

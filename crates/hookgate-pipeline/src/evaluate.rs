@@ -421,6 +421,8 @@ impl CompiledPipeline {
                     ctx.set_source(None);
                     continue;
                 }
+                // The version the worker would read, so that a fixture shows a wrong pointer.
+                self.source_version(index, source)?;
             }
             let mut upsert = self.render_target(index, &ctx)?;
             upsert.refresh_url = refresh_url;
@@ -435,9 +437,18 @@ impl CompiledPipeline {
     pub fn render_refresh_url(&self, index: usize, ctx: &Context) -> Result<String, EvalError> {
         let refresh = self.targets[index].refresh.as_ref().expect("a target that refreshes");
         let url = self.render(&refresh.url, &refresh.url, ctx)?;
-        let rest = url.strip_prefix(&refresh.origin).unwrap_or("-");
+        // The origin was lowercased at load; the template may spell it otherwise.
+        let rest = match url.get(..refresh.origin.len()) {
+            Some(head) if head.eq_ignore_ascii_case(&refresh.origin) => {
+                &url[refresh.origin.len()..]
+            }
+            _ => "-",
+        };
         let starts_right = rest.is_empty() || rest.starts_with(['/', '?', '#']);
-        if !starts_right || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        if !starts_right
+            || url.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\')
+            || climbs(rest)
+        {
             return Err(EvalError::RefreshUrl {
                 what: refresh.url.clone(),
                 url: printable(&url, SHOWN_CHARS_MAX),
@@ -573,6 +584,17 @@ impl CompiledPipeline {
         check_length(what, &rendered, RENDERED_BYTES_MAX)?;
         Ok(rendered)
     }
+}
+
+/// Whether a URL's path has a `.` or `..` segment, written out or percent-encoded: a payload
+/// value such as `../../v1/charges` would otherwise reach another resource of the same host
+/// (URL parsers resolve dot segments, `%2e%2e` included).
+fn climbs(path_and_query: &str) -> bool {
+    let path = path_and_query.split(['?', '#']).next().unwrap_or_default();
+    path.split('/').any(|segment| {
+        let decoded = segment.to_ascii_lowercase().replace("%2e", ".");
+        decoded == "." || decoded == ".."
+    })
 }
 
 /// An `application/x-www-form-urlencoded` body as a payload: an object of decoded names to

@@ -103,6 +103,10 @@ pub struct Redact {
     /// Header names (case-insensitive) whose values are masked.
     #[serde(default)]
     pub headers: Vec<String>,
+    /// JSON pointers into the objects `refresh:` fetches, masked in the answers kept with
+    /// attempts as evidence, e.g. `/email`.
+    #[serde(default)]
+    pub source: Vec<String>,
 }
 
 fn default_retention() -> HumanDuration {
@@ -678,9 +682,13 @@ pub struct Refresh {
     pub url: String,
     #[serde(default)]
     pub method: RefreshMethod,
-    /// Header name to value, sent as written (no secrets here: see `auth`).
+    /// Header name to value, sent as written (no secrets here: see `secret_headers`, `auth`).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Header name to secret reference, for credentials a source reads from headers of its
+    /// own, e.g. `{ apikey: { env: SUPABASE_SERVICE_KEY } }`.
+    #[serde(default)]
+    pub secret_headers: BTreeMap<String, SecretRef>,
     #[serde(default)]
     pub auth: Option<RefreshAuth>,
     /// How long the request may take, at most the worker's call timeout.

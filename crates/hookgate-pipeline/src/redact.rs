@@ -14,6 +14,8 @@ pub struct Redaction {
     body: Vec<Vec<String>>,
     /// Lowercased header names.
     headers: Vec<String>,
+    /// Pointers into objects that refreshes fetch, masked in the answers kept as evidence.
+    source: Vec<Vec<String>>,
 }
 
 /// A body as it may be shown.
@@ -29,36 +31,33 @@ pub enum ShownBody<'a> {
 }
 
 impl Redaction {
-    pub fn new(pointers: &[String], headers: &[String]) -> Redaction {
-        let body = pointers
-            .iter()
-            .filter_map(|p| p.strip_prefix('/'))
-            .map(|rest| rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect())
-            .collect();
+    pub fn new(pointers: &[String], headers: &[String], source: &[String]) -> Redaction {
+        let segments = |pointers: &[String]| -> Vec<Vec<String>> {
+            pointers
+                .iter()
+                .filter_map(|p| p.strip_prefix('/'))
+                .map(|rest| {
+                    rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect()
+                })
+                .collect()
+        };
         let headers = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
-        Redaction { body, headers }
+        Redaction { body: segments(pointers), headers, source: segments(source) }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.body.is_empty() && self.headers.is_empty()
+        self.body.is_empty() && self.headers.is_empty() && self.source.is_empty()
     }
 
     /// The body with every member a pointer names replaced by [`MASK`].
     pub fn body<'a>(&self, body: &'a [u8]) -> ShownBody<'a> {
-        if self.body.is_empty() || body.is_empty() {
-            return ShownBody::AsStored(body);
-        }
-        let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) else {
-            return ShownBody::Withheld;
-        };
-        let mut masked = 0;
-        for pointer in &self.body {
-            masked += mask(&mut value, pointer);
-        }
-        if masked == 0 {
-            return ShownBody::AsStored(body);
-        }
-        ShownBody::Masked(serde_json::to_vec(&value).unwrap_or_else(|_| MASK.as_bytes().to_vec()))
+        masked(&self.body, body)
+    }
+
+    /// A refresh's answer, kept as evidence, with every member a `source` pointer names
+    /// masked. An answer cut at the excerpt bound is no longer JSON: it is withheld.
+    pub fn source_answer<'a>(&self, answer: &'a str) -> ShownBody<'a> {
+        masked(&self.source, answer.as_bytes())
     }
 
     /// Whether a header's value is masked.
@@ -80,6 +79,23 @@ impl Redaction {
             })
             .collect()
     }
+}
+
+fn masked<'a>(pointers: &[Vec<String>], body: &'a [u8]) -> ShownBody<'a> {
+    if pointers.is_empty() || body.is_empty() {
+        return ShownBody::AsStored(body);
+    }
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return ShownBody::Withheld;
+    };
+    let mut count = 0;
+    for pointer in pointers {
+        count += mask(&mut value, pointer);
+    }
+    if count == 0 {
+        return ShownBody::AsStored(body);
+    }
+    ShownBody::Masked(serde_json::to_vec(&value).unwrap_or_else(|_| MASK.as_bytes().to_vec()))
 }
 
 /// Masks what `path` names under `value`; returns how many values were masked.
@@ -109,7 +125,7 @@ mod tests {
 
     fn rules(pointers: &[&str], headers: &[&str]) -> Redaction {
         let own = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        Redaction::new(&own(pointers), &own(headers))
+        Redaction::new(&own(pointers), &own(headers), &own(pointers))
     }
 
     #[test]

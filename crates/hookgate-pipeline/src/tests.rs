@@ -447,3 +447,45 @@ fn refresh_origins_are_written_out_before_any_template() {
         assert!(refresh_origin(url).is_err(), "{url}");
     }
 }
+
+/// What a payload renders into a refresh URL cannot leave the resource tree the pipeline
+/// wrote: dot segments (written out or percent-encoded) and backslashes are refused, while
+/// the host is compared as hosts are, whatever its case.
+#[test]
+fn refresh_urls_cannot_climb_out_of_their_path() {
+    let source = r#"
+name: refreshing
+signature: { scheme: hmac, header: X-Sig, secrets: [{ env: S }] }
+key: { pointer: /id }
+targets:
+  - name: thing
+    connector: crm
+    object: things
+    external_id: { field: id, value: "{{ payload.id }}" }
+    refresh:
+      url: "https://API.Example.com/v1/things/{{ payload.id | urlencode }}/{{ payload.raw }}?q={{ payload.q }}"
+    fields: { a: "{{ source.a }}" }
+"#;
+    let (compiled, diagnostics) = load_pipeline("refreshing.yaml", source, None);
+    let compiled = compiled.unwrap_or_else(|| panic!("{diagnostics:?}"));
+    let render = |id: &str, raw: &str| {
+        let body = serde_json::json!({ "id": id, "raw": raw, "q": "../up" }).to_string();
+        let delivery = crate::evaluate::Delivery { headers: &[], body: body.as_bytes() };
+        let (_, ctx) = compiled.identify(&delivery).unwrap();
+        compiled.render_refresh_url(0, &ctx)
+    };
+    assert_eq!(
+        render("cus 1", "x").unwrap(),
+        "https://API.Example.com/v1/things/cus%201/x?q=../up",
+        "a query may hold anything"
+    );
+    for (id, raw) in
+        [("../../v1/charges", "x"), ("a", ".."), ("a", "%2E%2e"), ("a", "."), ("a", "b\\c")]
+    {
+        let error = render(id, raw).unwrap_err();
+        assert!(
+            error.to_string().contains("is not under `https://api.example.com`"),
+            "{id} {raw}: {error}"
+        );
+    }
+}

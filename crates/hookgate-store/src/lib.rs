@@ -140,7 +140,7 @@ pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, CallKind, CallStart, EntityGuard, Finish,
     LeasedItem, PoolUsage, Replay, state,
 };
-pub use payloads::{PURGE_BATCH, PayloadTable, StoredAnswer, StoredPayload};
+pub use payloads::{PURGE_BATCH, PayloadTable, Purged, StoredAnswer, StoredPayload};
 
 /// Everything about one verified delivery that the inbox keeps.
 #[derive(Debug, Clone)]

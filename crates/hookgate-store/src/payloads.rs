@@ -46,51 +46,91 @@ pub struct StoredPayload {
     pub body: Option<Vec<u8>>,
 }
 
+/// What one call of [`Store::purge_payloads`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Events whose payload was deleted.
+    pub events: u64,
+    /// Deliveries whose payload was deleted.
+    pub deliveries: u64,
+    /// Events looked at: those purged, and those whose work came back meanwhile.
+    pub candidates: u64,
+}
+
+impl Purged {
+    /// Whether a batch was full, so that there may be more.
+    pub fn full(&self) -> bool {
+        let batch = u64::try_from(PURGE_BATCH).unwrap_or(u64::MAX);
+        self.candidates >= batch || self.deliveries >= batch
+    }
+}
+
+/// An event with no write to do.
+const NO_WORK_TO_DO: &str = "NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id \
+    AND outbox.state IN ('pending', 'in_flight'))";
+
 /// Rows changed per statement by [`Store::purge_payloads`]: short transactions, so intake and
 /// workers are not held up behind one large update.
 pub const PURGE_BATCH: i64 = 500;
 
 impl Store {
     /// Deletes the bodies and headers of up to [`PURGE_BATCH`] events of `pipeline` received
-    /// before `cutoff_ms`, and of their deliveries. An event whose writes are not finished
-    /// keeps its payload until they are (the worker renders from it). Returns how many events
-    /// were purged; call again while that is [`PURGE_BATCH`].
-    pub async fn purge_payloads(&self, pipeline: &str, cutoff_ms: i64, now_ms: i64) -> Result<u64> {
+    /// before `cutoff_ms`, with their attempts' answers, and of up to as many deliveries. An
+    /// event whose writes are not finished keeps its payload until they are (the worker renders
+    /// from it). Call again while either count is [`PURGE_BATCH`].
+    pub async fn purge_payloads(
+        &self,
+        pipeline: &str,
+        cutoff_ms: i64,
+        now_ms: i64,
+    ) -> Result<Purged> {
+        // PostgreSQL: lock the candidates, then look at their work again in a new statement
+        // (a new snapshot), so that a replay that committed meanwhile is seen, and one that
+        // starts later waits for this purge and then refuses. SQLite: one writer; a write on a
+        // stale snapshot fails instead.
+        let lock = if matches!(self, Store::Postgres(_)) { " FOR UPDATE" } else { "" };
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
-            let ids: Vec<i64> = sqlx::query_scalar(
+            let candidates: Vec<i64> = sqlx::query_scalar(&format!(
                 "SELECT id FROM events WHERE pipeline = $1 AND received_at_ms < $2 \
-                 AND payload_purged_at_ms IS NULL \
-                 AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id AND outbox.state IN ('pending', 'in_flight')) \
-                 ORDER BY received_at_ms LIMIT $3",
-            )
+                 AND payload_purged_at_ms IS NULL AND {NO_WORK_TO_DO} ORDER BY received_at_ms LIMIT $3{lock}"
+            ))
             .bind(pipeline)
             .bind(cutoff_ms)
             .bind(PURGE_BATCH)
             .fetch_all(&mut *tx)
             .await?;
-            let mut purged = 0;
-            if !ids.is_empty() {
-                // Integers, so the list is safe to write into the statement.
-                let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
-                purged = sqlx::query(&format!(
-                    "UPDATE events SET body = $1, headers = '[]', sealed_with = NULL, payload_purged_at_ms = $2 \
-                     WHERE id IN ({list}) AND payload_purged_at_ms IS NULL"
+            let mut purged = Purged::default();
+            if !candidates.is_empty() {
+                // Integers, so the list is safe to write into the statements.
+                let list = candidates.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+                let ids: Vec<i64> = sqlx::query_scalar(&format!(
+                    "SELECT id FROM events WHERE id IN ({list}) AND {NO_WORK_TO_DO}"
                 ))
-                .bind(Vec::<u8>::new())
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                // The CRM's and the source's answers can echo the payload: they go with it.
-                sqlx::query(&format!(
-                    "UPDATE attempts SET excerpt = NULL, sealed_with = NULL WHERE event_id IN ({list})"
-                ))
-                .execute(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await?;
+                if !ids.is_empty() {
+                    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+                    purged.events = sqlx::query(&format!(
+                        "UPDATE events SET body = $1, headers = '[]', sealed_with = NULL, payload_purged_at_ms = $2 \
+                         WHERE id IN ({list}) AND payload_purged_at_ms IS NULL"
+                    ))
+                    .bind(Vec::<u8>::new())
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    // The CRM's and the source's answers can echo the payload: they go with it.
+                    sqlx::query(&format!(
+                        "UPDATE attempts SET excerpt = NULL, sealed_with = NULL WHERE event_id IN ({list})"
+                    ))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                purged.candidates = u64::try_from(candidates.len()).unwrap_or(u64::MAX);
             }
             // Deliveries are evidence only: nothing renders from them.
-            sqlx::query(
+            purged.deliveries = sqlx::query(
                 "UPDATE deliveries SET body = NULL, headers = '[]', sealed_with = NULL, payload_purged_at_ms = $3 \
                  WHERE id IN (SELECT id FROM deliveries WHERE pipeline = $1 AND received_at_ms < $2 \
                  AND payload_purged_at_ms IS NULL ORDER BY received_at_ms LIMIT $4)",
@@ -100,7 +140,8 @@ impl Store {
             .bind(now_ms)
             .bind(PURGE_BATCH)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
             tx.commit().await?;
             Ok(purged)
         })

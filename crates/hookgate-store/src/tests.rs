@@ -633,8 +633,8 @@ async fn payload_retention_keeps_events_and_dedupe_and_spares_pending_work() {
             .await
             .unwrap();
 
-        assert_eq!(store.purge_payloads("p", 500, 600).await.unwrap(), 1);
-        assert_eq!(store.purge_payloads("p", 500, 600).await.unwrap(), 0, "done once");
+        assert_eq!(store.purge_payloads("p", 500, 600).await.unwrap().events, 1);
+        assert_eq!(store.purge_payloads("p", 500, 600).await.unwrap().events, 0, "done once");
         let purged = store.event(finished).await.unwrap().unwrap();
         assert_eq!((purged.body.len(), purged.headers_json.as_str()), (0, "[]"));
         assert_eq!((purged.payload_purged_at_ms, purged.sealed_with), (Some(600), None));
@@ -658,6 +658,32 @@ async fn payload_retention_keeps_events_and_dedupe_and_spares_pending_work() {
             store.replay_event(finished, 700).await.unwrap(),
             Replay::PayloadGone { purged_at_ms: 600 }
         );
+    })
+    .await;
+}
+
+/// Old deliveries are purged in batches of their own: a sweep that finds a full batch comes
+/// back, whatever the number of events.
+#[tokio::test]
+async fn payload_retention_catches_up_with_more_deliveries_than_a_batch() {
+    on_both_backends(|store| async move {
+        for _ in 0..=PURGE_BATCH {
+            let rejected = RejectedDelivery {
+                pipeline: "p",
+                received_at_ms: 5,
+                reason: "x",
+                headers_json: "[]",
+                body: b"personal",
+                sealed_with: None,
+            };
+            store.record_rejection(&rejected).await.unwrap();
+        }
+        let first = store.purge_payloads("p", 500, 600).await.unwrap();
+        assert_eq!((first.events, first.deliveries, first.full()), (0, 500, true));
+        let second = store.purge_payloads("p", 500, 600).await.unwrap();
+        assert_eq!((second.deliveries, second.full()), (1, false));
+        let kept = store.deliveries("p", "rejected").await.unwrap();
+        assert!(kept.iter().all(|d| d.body.is_none()), "every body is gone");
     })
     .await;
 }

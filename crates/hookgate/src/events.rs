@@ -259,11 +259,17 @@ pub async fn rejected(
     if json {
         for row in &rows {
             let mut line = rejected_json(row);
-            if body
-                && let (Value::Object(map), Some(opened)) =
-                    (&mut line, views.open_delivery_body(row)?)
-            {
-                map.insert("body".into(), shown_body_json(views, &row.pipeline, &opened));
+            // One row that cannot be opened does not hide the others: it says why instead.
+            if body && let Value::Object(map) = &mut line {
+                match views.open_delivery_body(row) {
+                    Ok(Some(opened)) => {
+                        map.insert("body".into(), shown_body_json(views, &row.pipeline, &opened));
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        map.insert("body_error".into(), format!("{error:#}").into());
+                    }
+                }
             }
             out.push_str(&json_line(&line));
         }
@@ -278,8 +284,20 @@ pub async fn rejected(
                 row.pipeline,
                 printable(row.reason.as_deref().unwrap_or("-"), TEXT_CHARS_MAX)
             );
-            if body && let Some(opened) = views.open_delivery_body(row)? {
-                out.push_str(&shown_body_text(views, &row.pipeline, "  body", &opened));
+            if body {
+                match views.open_delivery_body(row) {
+                    Ok(Some(opened)) => {
+                        out.push_str(&shown_body_text(views, &row.pipeline, "  body", &opened));
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        let _ = writeln!(
+                            out,
+                            "  body not shown: {}",
+                            printable(&format!("{error:#}"), TEXT_CHARS_MAX)
+                        );
+                    }
+                }
             }
         }
         let _ = writeln!(out, "{}", plural(rows.len(), "rejected delivery", "rejected deliveries"));

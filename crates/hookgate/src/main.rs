@@ -664,6 +664,16 @@ async fn run(command: Command) -> Result<()> {
                     rotation.skipped
                 );
             }
+            if !rotation.failed.is_empty() {
+                for failure in &rotation.failed {
+                    eprintln!("cannot re-seal {failure}");
+                }
+                anyhow::bail!(
+                    "{} rows could not be opened and keep their key; the rest is sealed under `{}`",
+                    rotation.failed.len(),
+                    keyring.current()
+                );
+            }
             println!("every stored payload is sealed under key `{}`", keyring.current());
             Ok(())
         }

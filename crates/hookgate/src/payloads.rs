@@ -127,14 +127,27 @@ impl Views {
         Ok(Some(opened.into_owned()))
     }
 
-    /// An attempt's answer excerpt (the CRM's or the source's), opened.
+    /// An attempt's answer excerpt (the CRM's or the source's), opened, and for a refresh
+    /// (the fetched object) masked per the pipeline's `redact.source`.
     pub fn open_answer(&self, pipeline: &str, attempt: &AttemptRecord) -> Result<Option<String>> {
         let Some(excerpt) = &attempt.excerpt else { return Ok(None) };
         let key = attempt.sealed_with.as_deref();
         let row = format!("attempt {}", attempt.id);
         let opened = open_stored_text(self.keyring(), key, Part::Answer, pipeline, excerpt)
             .map_err(|e| anyhow!("{row}: the answer {e}"))?;
-        Ok(Some(opened.into_owned()))
+        let policy = self.pipelines.get(pipeline);
+        if attempt.action.as_deref() != Some("refresh") || policy.is_none() {
+            return Ok(Some(opened.into_owned()));
+        }
+        let redaction = &policy.expect("checked above").redaction;
+        Ok(Some(match redaction.source_answer(&opened) {
+            ShownBody::AsStored(_) => opened.into_owned(),
+            ShownBody::Masked(masked) => String::from_utf8_lossy(&masked).into_owned(),
+            ShownBody::Withheld => {
+                "[withheld: not whole JSON, and the pipeline redacts members of fetched objects]"
+                    .to_owned()
+            }
+        }))
     }
 
     /// A body as it may be shown for `pipeline`. A pipeline missing from the configuration
@@ -172,6 +185,9 @@ pub struct Rotation {
     pub resealed: Vec<(&'static str, u64)>,
     /// Rows that changed under us (purged, or re-sealed by another run): left as they are.
     pub skipped: u64,
+    /// Rows that could not be opened (an unknown key, tampered with), each with why: left
+    /// as they are, so that one bad row does not hold up the rest.
+    pub failed: Vec<String>,
 }
 
 /// Re-seals every stored payload not under `keyring`'s current key (plaintext rows included),
@@ -193,7 +209,13 @@ pub async fn rotate(
             let Some(last) = rows.last() else { break };
             after = last.id;
             for row in &rows {
-                let (headers, body) = reseal(keyring, table, row)?;
+                let (headers, body) = match reseal(keyring, table, row) {
+                    Ok(resealed) => resealed,
+                    Err(error) => {
+                        rotation.failed.push(format!("{error:#}"));
+                        continue;
+                    }
+                };
                 let changed = store
                     .reseal_payload(
                         table,
@@ -222,9 +244,19 @@ pub async fn rotate(
         after = last.id;
         for row in &rows {
             let key = row.sealed_with.as_deref();
-            let opened =
-                open_stored_text(Some(keyring), key, Part::Answer, &row.pipeline, &row.excerpt)
-                    .map_err(|e| anyhow!("attempts row {}: the answer {e}", row.id))?;
+            let opened = match open_stored_text(
+                Some(keyring),
+                key,
+                Part::Answer,
+                &row.pipeline,
+                &row.excerpt,
+            ) {
+                Ok(opened) => opened,
+                Err(error) => {
+                    rotation.failed.push(format!("attempts row {}: the answer {error}", row.id));
+                    continue;
+                }
+            };
             let sealed = keyring.seal_text(Part::Answer, &row.pipeline, &opened);
             if store.reseal_answer(row.id, key, current, &sealed).await? {
                 done += 1;

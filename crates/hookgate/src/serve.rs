@@ -20,7 +20,7 @@ use hookgate_engine::{
 use hookgate_pipeline::Instances;
 use hookgate_pipeline::model::{RefreshAuth, SecretRef};
 use hookgate_server::ServerConfig;
-use hookgate_store::{PURGE_BATCH, Store, StoreOptions};
+use hookgate_store::{Store, StoreOptions};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -226,7 +226,6 @@ fn sources(
             if sources.fetcher.is_none() {
                 sources.fetcher = Some(Arc::new(HttpSourceFetcher::new()?));
             }
-            let Some(auth) = &refresh.auth else { continue };
             let context = || {
                 format!(
                     "pipeline `{}`, target `{}`: refresh auth",
@@ -239,19 +238,29 @@ fn sources(
                     .map_err(|_| anyhow::anyhow!("{reference} is not UTF-8 text"))
                     .with_context(context)
             };
-            let headers = match auth {
-                RefreshAuth::Bearer(token) => {
+            let mut headers = Vec::new();
+            for (name, reference) in &refresh.secret_headers {
+                headers.push((name.clone(), text(reference)?));
+            }
+            headers.extend(match &refresh.auth {
+                None => Vec::new(),
+                Some(RefreshAuth::Bearer(token)) => {
                     vec![("authorization".to_owned(), format!("Bearer {}", text(token)?))]
                 }
-                RefreshAuth::Basic { username, password } => {
+                Some(RefreshAuth::Basic { username, password }) => {
                     let username = username.as_ref().map(&text).transpose()?.unwrap_or_default();
                     let password = password.as_ref().map(&text).transpose()?.unwrap_or_default();
                     let pair = base64::engine::general_purpose::STANDARD
                         .encode(format!("{username}:{password}"));
                     vec![("authorization".to_owned(), format!("Basic {pair}"))]
                 }
-                RefreshAuth::ApiKey { header, secret } => vec![(header.clone(), text(secret)?)],
-            };
+                Some(RefreshAuth::ApiKey { header, secret }) => {
+                    vec![(header.clone(), text(secret)?)]
+                }
+            });
+            if headers.is_empty() {
+                continue;
+            }
             let headers = headers.into_iter().map(|(n, v)| (n, Secret::new(v))).collect();
             sources.auth.insert((pipeline.compiled.name.clone(), target.name.clone()), headers);
         }
@@ -262,12 +271,13 @@ fn sources(
 /// Deletes the payloads of `pipeline` older than `payload_retention`, a batch at a time.
 async fn purge_payloads(gateway: &Gateway, pipeline: &str, now: i64, payload_retention: Duration) {
     let age = i64::try_from(payload_retention.as_millis()).unwrap_or(i64::MAX);
-    let mut purged = 0;
+    let (mut events, mut deliveries) = (0, 0);
     loop {
         match gateway.store().purge_payloads(pipeline, now.saturating_sub(age), now).await {
-            Ok(batch) => {
-                purged += batch;
-                if batch < u64::try_from(PURGE_BATCH).unwrap_or(u64::MAX) {
+            Ok(purged) => {
+                events += purged.events;
+                deliveries += purged.deliveries;
+                if !purged.full() {
                     break;
                 }
             }
@@ -277,8 +287,13 @@ async fn purge_payloads(gateway: &Gateway, pipeline: &str, now: i64, payload_ret
             }
         }
     }
-    if purged > 0 {
-        tracing::info!(pipeline, purged, "payload retention sweep: bodies and headers deleted");
+    if events + deliveries > 0 {
+        tracing::info!(
+            pipeline,
+            events,
+            deliveries,
+            "payload retention sweep: bodies and headers deleted"
+        );
     }
 }
 
