@@ -39,7 +39,11 @@ impl Setup {
     /// An instances file with the mock CRM and these payload key ids, in order (`None`: no
     /// encryption). Key `k1` is read from `TEST_PAYLOAD_KEY_1`, `k2` from `TEST_PAYLOAD_KEY_2`.
     fn instances(&self, name: &str, keys: Option<&[&str]>) -> PathBuf {
-        let settings = serde_json::json!({"path": self.mock_path(), "idempotency": false});
+        // Every answer to a write is lost, so each write is reconciled by a lookup whose
+        // answer echoes the fields written, personal data included.
+        let faults = serde_json::json!({"lost_response_rate": 1.0});
+        let settings =
+            serde_json::json!({"path": self.mock_path(), "idempotency": false, "faults": faults});
         let mut text =
             format!("connectors:\n  - name: crm\n    kind: mock\n    settings: {settings}\n");
         if let Some(keys) = keys {
@@ -225,6 +229,10 @@ async fn payloads_are_sealed_at_rest_opened_for_work_masked_for_operators_and_ro
             "{conflict_body}"
         );
         assert!(!shown.contains(MARKER), "{shown}");
+        // The lookup that reconciled the lost answer echoes the email written: masked too.
+        let lookup = story["attempts"].as_array().unwrap().iter().find(|a| a["action"] == "lookup");
+        let answer = lookup.unwrap()["answer"].as_str().unwrap();
+        assert!(answer.contains(r#""email":"[redacted]""#), "{answer}");
         let human = stdout(&hookgate(
             &database,
             &only_k1,

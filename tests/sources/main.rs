@@ -226,7 +226,7 @@ async fn a_late_delivery_writes_the_freshly_fetched_state_and_a_gone_source_is_s
 /// Faults of the source are classified like a CRM's: a 429 waits for its `Retry-After`, a
 /// fetch that outlives the refresh timeout and an answer that is not JSON are retried, an
 /// answer larger than `max_bytes` and a wrong key are kept as evidence; a fetched version
-/// orders the write (older than applied: skipped; behind the event: fetched again later).
+/// orders the write (not newer than what was applied: skipped; newer: applied as written).
 #[tokio::test]
 async fn source_faults_are_classified_and_the_fetched_version_orders_the_write() {
     let database = Database::sqlite().await;

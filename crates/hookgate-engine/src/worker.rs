@@ -335,7 +335,11 @@ impl Worker {
             Some(reason.clone()),
             None,
         );
-        self.finish(attempt, outcome(state::SKIPPED_STALE, Some(reason))).await
+        // An earlier write that may have reached the CRM still may have: the evidence keeps
+        // saying so (only a dead letter's doubt counts for ordering).
+        let finish =
+            Finish { in_doubt: item.in_doubt, ..outcome(state::SKIPPED_STALE, Some(reason)) };
+        self.finish(attempt, finish).await
     }
 
     /// Why an item must not be written because of its version, if so.

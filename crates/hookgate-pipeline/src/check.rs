@@ -704,6 +704,18 @@ pub(crate) fn check_pipeline(
         }
     }
     let redact = check_redact(&mut c, &model.redact);
+    if !model.redact.source.is_empty() && !model.targets.iter().any(|t| t.refresh.is_some()) {
+        let span = c.doc.key_span(&path!["redact", "source"]);
+        c.diagnostics.push(
+            Diagnostic::warning(
+                Code::NoEffect,
+                c.file,
+                span,
+                "`redact.source` has no effect: no target refreshes its source",
+            )
+            .with_hint("`source` masks members of objects a target's `refresh:` fetches"),
+        );
+    }
 
     let public_url = model.public_url.as_ref().map(|url| url.trim_end_matches('/').to_owned());
     if let Some(url) = &public_url {
@@ -1776,6 +1788,28 @@ fn check_refresh(
             String::new()
         }
     };
+    // A value rendered raw can add path segments, parameters or a fragment.
+    let raw: Vec<&str> = refresh
+        .url
+        .split("{{")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("}}").map(|(inner, _)| inner.trim()))
+        .filter(|inner| !inner.contains("urlencode"))
+        .collect();
+    if !raw.is_empty() && !origin.is_empty() {
+        let span = c.doc.locate(&at("url")).span;
+        c.diagnostics.push(
+            Diagnostic::warning(
+                Code::Refresh,
+                c.file,
+                span,
+                format!("`{{{{ {} }}}}` is put in the URL as it is", raw.join(" }}`, `{{ ")),
+            )
+            .with_hint(
+                "a value with `/`, `?`, `&` or `#` changes what is fetched: write `| urlencode`",
+            ),
+        );
+    }
     if let Some(host) = origin.strip_prefix("http://")
         && !refresh.allow_plain_http
         && !is_loopback_host(host)

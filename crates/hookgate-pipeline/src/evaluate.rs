@@ -586,15 +586,50 @@ impl CompiledPipeline {
     }
 }
 
-/// Whether a URL's path has a `.` or `..` segment, written out or percent-encoded: a payload
-/// value such as `../../v1/charges` would otherwise reach another resource of the same host
-/// (URL parsers resolve dot segments, `%2e%2e` included).
+/// Whether a URL's path could reach another resource of the host than the one written: a
+/// `.` or `..` segment (URL parsers resolve them, `%2e%2e` included; servers that decode
+/// twice or drop `;parameters` resolve `%252e%252e` and `..;`), or a segment that decodes to a
+/// `/` or `\` (servers that decode `%2F` before routing). Segments are decoded until they no
+/// longer change, at most three times.
 fn climbs(path_and_query: &str) -> bool {
     let path = path_and_query.split(['?', '#']).next().unwrap_or_default();
     path.split('/').any(|segment| {
-        let decoded = segment.to_ascii_lowercase().replace("%2e", ".");
-        decoded == "." || decoded == ".."
+        let mut decoded = segment.to_owned();
+        for _ in 0..3 {
+            let next = percent_decode(&decoded);
+            if next == decoded {
+                break;
+            }
+            decoded = next;
+        }
+        let bare = decoded.split(';').next().unwrap_or_default();
+        bare == "." || bare == ".." || decoded.contains(['/', '\\'])
     })
+}
+
+/// `%XX` sequences decoded, leniently: what is not one is kept.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
+                i += 3;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// An `application/x-www-form-urlencoded` body as a payload: an object of decoded names to

@@ -7,6 +7,25 @@ use std::borrow::Cow;
 /// What a masked value is replaced by.
 pub const MASK: &str = "[redacted]";
 
+/// Masked values at least this long are also masked where they are echoed.
+pub const ECHO_CHARS_MIN: usize = 4;
+
+/// `text` with every occurrence of `values`, as written or as in a JSON string, replaced by
+/// [`MASK`].
+pub fn mask_echoes<'a>(text: &'a str, values: &[String]) -> Cow<'a, str> {
+    let mut out = Cow::Borrowed(text);
+    for value in values {
+        let quoted = serde_json::to_string(value).unwrap_or_default();
+        let escaped = &quoted[1..quoted.len().saturating_sub(1).max(1)];
+        for form in [value.as_str(), escaped] {
+            if !form.is_empty() && out.contains(form) {
+                out = Cow::Owned(out.replace(form, MASK));
+            }
+        }
+    }
+    out
+}
+
 /// A pipeline's `redact:` rules, compiled.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Redaction {
@@ -60,6 +79,33 @@ impl Redaction {
         masked(&self.source, answer.as_bytes())
     }
 
+    /// The values this redaction masks in a stored payload (`body` pointers) and in the
+    /// fetched objects (`source` pointers, each a refresh's answer): what must not show
+    /// through elsewhere either, such as in a CRM's answer that echoes a written field. Values
+    /// shorter than [`ECHO_CHARS_MIN`] are left out: masking `1` or `no` everywhere would
+    /// hide the story without protecting anything.
+    pub fn masked_values(&self, payload: &[u8], sources: &[&str]) -> Vec<String> {
+        let mut values = Vec::new();
+        let mut take = |pointers: &[Vec<String>], bytes: &[u8]| {
+            if pointers.is_empty() {
+                return;
+            }
+            if let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) {
+                for pointer in pointers {
+                    collect(&value, pointer, &mut values);
+                }
+            }
+        };
+        take(&self.body, payload);
+        for source in sources {
+            take(&self.source, source.as_bytes());
+        }
+        values.retain(|v| v.chars().count() >= ECHO_CHARS_MIN);
+        values.sort();
+        values.dedup();
+        values
+    }
+
     /// Whether a header's value is masked.
     pub fn masks_header(&self, name: &str) -> bool {
         self.headers.iter().any(|h| h.eq_ignore_ascii_case(name))
@@ -96,6 +142,43 @@ fn masked<'a>(pointers: &[Vec<String>], body: &'a [u8]) -> ShownBody<'a> {
         return ShownBody::AsStored(body);
     }
     ShownBody::Masked(serde_json::to_vec(&value).unwrap_or_else(|_| MASK.as_bytes().to_vec()))
+}
+
+/// Every scalar under what `path` names, as text.
+fn collect(value: &serde_json::Value, path: &[String], out: &mut Vec<String>) {
+    let Some((first, rest)) = path.split_first() else {
+        scalars(value, out);
+        return;
+    };
+    match value {
+        serde_json::Value::Object(map) if first == "*" => {
+            map.values().for_each(|v| collect(v, rest, out))
+        }
+        serde_json::Value::Object(map) => {
+            if let Some(v) = map.get(first) {
+                collect(v, rest, out);
+            }
+        }
+        serde_json::Value::Array(items) if first == "*" => {
+            items.iter().for_each(|v| collect(v, rest, out))
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(v) = first.parse::<usize>().ok().and_then(|i| items.get(i)) {
+                collect(v, rest, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn scalars(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Number(n) => out.push(n.to_string()),
+        serde_json::Value::Object(map) => map.values().for_each(|v| scalars(v, out)),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| scalars(v, out)),
+        serde_json::Value::Bool(_) | serde_json::Value::Null => {}
+    }
 }
 
 /// Masks what `path` names under `value`; returns how many values were masked.
@@ -148,6 +231,24 @@ mod tests {
         assert_eq!(rules(&[], &[]).body(b"not json"), ShownBody::AsStored(b"not json"));
         // A purged payload is empty: nothing to withhold.
         assert_eq!(redaction.body(b""), ShownBody::AsStored(b""));
+    }
+
+    #[test]
+    fn masked_values_are_masked_where_they_are_echoed() {
+        let redaction = rules(&["/customer/email", "/customer/pin"], &[]);
+        let payload = br#"{"customer":{"email":"ann@example.com","pin":12,"name":"Ann \"A\""}}"#;
+        let source = r#"{"customer":{"email":"ann.new@example.com"}}"#;
+        let values = redaction.masked_values(payload, &[source, "{cut"]);
+        // `12` is too short to mask everywhere.
+        assert_eq!(values, ["ann.new@example.com", "ann@example.com"]);
+        let answer = r#"{"email":"ann.new@example.com","old":"ann@example.com","id":12}"#;
+        assert_eq!(
+            mask_echoes(answer, &values),
+            r#"{"email":"[redacted]","old":"[redacted]","id":12}"#
+        );
+        // A value with characters JSON escapes is found in its escaped form too.
+        let quoted = vec!["say \"hi\"".to_owned()];
+        assert_eq!(mask_echoes(r#"{"m":"say \"hi\""}"#, &quoted), r#"{"m":"[redacted]"}"#);
     }
 
     #[test]

@@ -479,9 +479,18 @@ targets:
         "https://API.Example.com/v1/things/cus%201/x?q=../up",
         "a query may hold anything"
     );
-    for (id, raw) in
-        [("../../v1/charges", "x"), ("a", ".."), ("a", "%2E%2e"), ("a", "."), ("a", "b\\c")]
-    {
+    for (id, raw) in [
+        ("../../v1/charges", "x"),
+        ("a", ".."),
+        ("a", "%2E%2e"),
+        ("a", "."),
+        ("a", "b\\c"),
+        ("a", "..%2F..%2Fv1%2Fcharges"),
+        ("a", "..%5Cx"),
+        ("a", "..;"),
+        ("a", "%252e%252e"),
+        ("a", "x%2Fy"),
+    ] {
         let error = render(id, raw).unwrap_err();
         assert!(
             error.to_string().contains("is not under `https://api.example.com`"),

@@ -617,10 +617,20 @@ impl Store {
     /// item still to do), with their items, attempts and deliveries, and rejected deliveries
     /// as old. Returns the number of events deleted.
     pub async fn sweep(&self, pipeline: &str, cutoff_ms: i64) -> Result<u64> {
+        // PostgreSQL: the events first, in the order `purge_payloads` locks them, so that a
+        // sweep and a purge on two gateways wait for each other instead of deadlocking.
+        let lock = matches!(self, Store::Postgres(_));
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
             let old = "SELECT id FROM events WHERE pipeline = $1 AND received_at_ms < $2 AND state IN ('done', 'dead') \
                        AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id AND outbox.state IN ('pending', 'in_flight'))";
+            if lock {
+                sqlx::query(&format!("{old} ORDER BY received_at_ms, id FOR UPDATE"))
+                    .bind(pipeline)
+                    .bind(cutoff_ms)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             for table in ["attempts", "outbox", "deliveries"] {
                 sqlx::query(&format!("DELETE FROM {table} WHERE event_id IN ({old})"))
                     .bind(pipeline)

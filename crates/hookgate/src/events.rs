@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use base64::Engine as _;
 use hookgate_engine::now_ms;
 use hookgate_pipeline::evaluate::printable;
-use hookgate_pipeline::redact::ShownBody;
+use hookgate_pipeline::redact::{ShownBody, mask_echoes};
 use hookgate_store::{DeliveryRecord, EVENT_STATES, EventFilter, EventRecord, Replay, Store};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -353,6 +353,8 @@ async fn story_json(
     body: bool,
 ) -> Result<String> {
     let mut object = event_json(event);
+    let attempt_rows = store.attempts_for(event.id).await?;
+    let echoes = views.echoes(event, &attempt_rows);
     let deliveries: Vec<Value> = store
         .deliveries_for(event.id)
         .await?
@@ -386,17 +388,15 @@ async fn story_json(
                 "attempts": i.attempts,
                 "in_doubt": i.in_doubt,
                 "record_id": i.record_id,
-                "last_error": i.last_error,
+                "last_error": i.last_error.as_deref().map(|e| mask_echoes(e, &echoes)),
             })
         })
         .collect();
-    let attempts: Vec<Value> = store
-        .attempts_for(event.id)
-        .await?
+    let attempts: Vec<Value> = attempt_rows
         .iter()
         .map(|a| {
             // A story is still told without the keys: the answer says why it is not shown.
-            let (answer, answer_error) = match views.open_answer(&event.pipeline, a) {
+            let (answer, answer_error) = match views.shown_answer(&event.pipeline, a, &echoes) {
                 Ok(answer) => (answer, None),
                 Err(error) => (None, Some(format!("{error:#}"))),
             };
@@ -409,7 +409,7 @@ async fn story_json(
                 "action": a.action,
                 "outcome": a.outcome,
                 "status": a.status,
-                "error": a.error,
+                "error": a.error.as_deref().map(|e| mask_echoes(e, &echoes)),
                 "answer": answer,
                 "answer_error": answer_error,
                 "meta": a.meta,
@@ -488,6 +488,9 @@ fn payload_text(views: &Views, event: &EventRecord) -> String {
 
 pub async fn story(store: &Store, views: &Views, event: &EventRecord) -> Result<String> {
     let mut out = String::new();
+    let attempts = store.attempts_for(event.id).await?;
+    // What `redact` masks is masked wherever the evidence echoes it.
+    let echoes = views.echoes(event, &attempts);
     let _ = writeln!(out, "event {}  pipeline {}  state {}", event.id, event.pipeline, event.state);
     let _ = writeln!(out, "  key          {}", shown(&event.key));
     let _ = writeln!(
@@ -535,11 +538,13 @@ pub async fn story(store: &Store, views: &Views, event: &EventRecord) -> Result<
             item.record_id.as_deref().map(|r| format!("  record {}", shown(r))).unwrap_or_default(),
             item.last_error
                 .as_deref()
-                .map(|e| format!("\n    last error: {}", printable(e, TEXT_CHARS_MAX)))
+                .map(|e| format!(
+                    "\n    last error: {}",
+                    printable(&mask_echoes(e, &echoes), TEXT_CHARS_MAX)
+                ))
                 .unwrap_or_default(),
         );
     }
-    let attempts = store.attempts_for(event.id).await?;
     let _ = writeln!(out, "attempts ({})", attempts.len());
     for attempt in attempts {
         let target = items
@@ -564,9 +569,10 @@ pub async fn story(store: &Store, views: &Views, event: &EventRecord) -> Result<
             attempt.worker,
         );
         if let Some(error) = &attempt.error {
-            let _ = writeln!(out, "      error: {}", printable(error, TEXT_CHARS_MAX));
+            let error = mask_echoes(error, &echoes);
+            let _ = writeln!(out, "      error: {}", printable(&error, TEXT_CHARS_MAX));
         }
-        match views.open_answer(&event.pipeline, &attempt) {
+        match views.shown_answer(&event.pipeline, &attempt, &echoes) {
             Ok(Some(excerpt)) => {
                 let _ = writeln!(out, "      answer: {}", printable(&excerpt, TEXT_CHARS_MAX));
             }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow};
 use hookgate_engine::seal::{Keyring, Part, open_stored, open_stored_text};
 use hookgate_pipeline::Instances;
-use hookgate_pipeline::redact::{Redaction, ShownBody};
+use hookgate_pipeline::redact::{Redaction, ShownBody, mask_echoes};
 use hookgate_store::{
     AttemptRecord, DeliveryRecord, EventRecord, PayloadTable, Store, StoredPayload,
 };
@@ -127,27 +127,57 @@ impl Views {
         Ok(Some(opened.into_owned()))
     }
 
-    /// An attempt's answer excerpt (the CRM's or the source's), opened, and for a refresh
-    /// (the fetched object) masked per the pipeline's `redact.source`.
-    pub fn open_answer(&self, pipeline: &str, attempt: &AttemptRecord) -> Result<Option<String>> {
+    /// An attempt's answer excerpt (the CRM's or the source's), opened, as stored.
+    fn open_answer(&self, pipeline: &str, attempt: &AttemptRecord) -> Result<Option<String>> {
         let Some(excerpt) = &attempt.excerpt else { return Ok(None) };
         let key = attempt.sealed_with.as_deref();
         let row = format!("attempt {}", attempt.id);
         let opened = open_stored_text(self.keyring(), key, Part::Answer, pipeline, excerpt)
             .map_err(|e| anyhow!("{row}: the answer {e}"))?;
-        let policy = self.pipelines.get(pipeline);
-        if attempt.action.as_deref() != Some("refresh") || policy.is_none() {
-            return Ok(Some(opened.into_owned()));
+        Ok(Some(opened.into_owned()))
+    }
+
+    /// The values an event's evidence must not show anywhere: those its pipeline's `redact`
+    /// masks in its payload and in the objects its refreshes fetched. A CRM's answer echoes
+    /// the fields written, an error may quote them; both are masked with these.
+    pub fn echoes(&self, event: &EventRecord, attempts: &[AttemptRecord]) -> Vec<String> {
+        let Some(policy) = self.pipelines.get(&event.pipeline) else { return Vec::new() };
+        if policy.redaction.is_empty() {
+            return Vec::new();
         }
-        let redaction = &policy.expect("checked above").redaction;
-        Ok(Some(match redaction.source_answer(&opened) {
-            ShownBody::AsStored(_) => opened.into_owned(),
-            ShownBody::Masked(masked) => String::from_utf8_lossy(&masked).into_owned(),
-            ShownBody::Withheld => {
-                "[withheld: not whole JSON, and the pipeline redacts members of fetched objects]"
-                    .to_owned()
+        let body = self.open_event(event).map(|(body, _)| body).unwrap_or_default();
+        let sources: Vec<String> = attempts
+            .iter()
+            .filter(|a| a.action.as_deref() == Some("refresh"))
+            .filter_map(|a| self.open_answer(&event.pipeline, a).ok().flatten())
+            .collect();
+        let sources: Vec<&str> = sources.iter().map(String::as_str).collect();
+        policy.redaction.masked_values(&body, &sources)
+    }
+
+    /// An attempt's answer as it may be shown: a fetched object masked per `redact.source`,
+    /// and every answer with the event's `echoes` masked.
+    pub fn shown_answer(
+        &self,
+        pipeline: &str,
+        attempt: &AttemptRecord,
+        echoes: &[String],
+    ) -> Result<Option<String>> {
+        let Some(opened) = self.open_answer(pipeline, attempt)? else { return Ok(None) };
+        let refresh = attempt.action.as_deref() == Some("refresh");
+        let shown = match self.pipelines.get(pipeline) {
+            None if refresh => {
+                format!("[the pipeline is not in the loaded configuration: nothing redacted] {opened}")
             }
-        }))
+            None => opened,
+            Some(policy) if refresh => match policy.redaction.source_answer(&opened) {
+                ShownBody::AsStored(_) => opened,
+                ShownBody::Masked(masked) => String::from_utf8_lossy(&masked).into_owned(),
+                ShownBody::Withheld => "[withheld: cut at the excerpt bound, and the pipeline redacts members of fetched objects]".to_owned(),
+            },
+            Some(_) => opened,
+        };
+        Ok(Some(mask_echoes(&shown, echoes).into_owned()))
     }
 
     /// A body as it may be shown for `pipeline`. A pipeline missing from the configuration
