@@ -18,7 +18,9 @@ fuzz_target!(|data: &[u8]| {
         block(condition),
         block(field).replace("\n      ", "\n        ").replacen("      ", "        ", 1),
     );
-    let (Some(pipeline), _) = hookgate_pipeline::load_pipeline("t.yaml", &source, None) else { return };
+    let (Some(pipeline), _) = hookgate_pipeline::load_pipeline("t.yaml", &source, None) else {
+        return;
+    };
     let headers = vec![("x-trace".to_owned(), b"abc".to_vec())];
-    let _ = pipeline.evaluate(&Delivery { headers: &headers, body: BODY });
+    let _ = pipeline.evaluate(&Delivery { headers: &headers, body: BODY }, &Default::default());
 });

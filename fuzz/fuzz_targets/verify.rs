@@ -67,7 +67,12 @@ fuzz_target!(|data: &[u8]| {
         .map(|(name, value)| ((*name).to_owned(), value.to_vec()))
         .collect();
     let body: Vec<u8> = parts.flatten().copied().collect();
-    let request = Request { method: "POST", url: "https://hooks.example.com/hooks/x", headers: &headers, body: &body };
+    let request = Request {
+        method: "POST",
+        url: "https://hooks.example.com/hooks/x",
+        headers: &headers,
+        body: &body,
+    };
     for verifier in VERIFIERS.iter() {
         let verdict = verifier.verify(&request, Clock::from_unix_secs(1_700_000_000));
         assert!(verdict.is_err(), "a forged request verified under {:?}", verifier.scheme());
