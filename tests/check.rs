@@ -272,7 +272,7 @@ const BREAKAGES: &[Breakage] = &[
         file: "hookgate.yaml",
         from: "kind: mock",
         to: "kind: mocked",
-        expected: "hookgate.yaml:7:11: error[H0103]: unknown variant `mocked`\n  = hint: did you mean `mock`?",
+        expected: "hookgate.yaml:7:11: error[H0604]: connector `crm`: no connector provides kind `mocked`\n  = hint: did you mean `mock`? supported: `http`, `hubspot`, `mock`, `salesforce`",
     },
     // Connector settings are checked against each kind's settings, where they are written.
     Breakage {
@@ -592,8 +592,9 @@ def check(schema_file, files):
             sys.exit(1)
         count += 1
     return count
-pipelines = sorted(root.glob("pipelines/*.yaml")) + sorted(root.glob("pipelines/senders/*.yaml"))
-fixtures = [f for d in ["pipelines/*/*.yaml", "pipelines/senders/*/*.yaml"] for f in sorted(root.glob(d)) if f.parent.name != "senders"]
+groups = ["pipelines", "pipelines/senders", "pipelines/examples"]
+pipelines = [f for g in groups for f in sorted(root.glob(f"{g}/*.yaml"))]
+fixtures = [f for g in groups for f in sorted(root.glob(f"{g}/*/*.yaml")) if f.parent.name not in ("senders", "examples")]
 n = check("pipeline.schema.json", pipelines) + check("fixture.schema.json", fixtures) + check("hookgate.schema.json", [root / "hookgate.yaml"])
 # A setting of another kind is an error under the instances schema.
 schema = json.loads((root / "schemas" / "hookgate.schema.json").read_text())
@@ -802,10 +803,11 @@ fn bless_round_trips_every_shipped_fixture() {
     let dir = project_copy();
     copy_dir(&root().join("pipelines/senders"), &dir.path().join("pipelines/senders"));
     let mut originals = Vec::new();
-    for pattern_dir in ["pipelines", "pipelines/senders"] {
+    for pattern_dir in ["pipelines", "pipelines/senders", "pipelines/examples"] {
         for pipeline in std::fs::read_dir(dir.path().join(pattern_dir)).unwrap() {
             let pipeline = pipeline.unwrap().path();
-            if !pipeline.is_dir() || pipeline.ends_with("senders") {
+            if !pipeline.is_dir() || pipeline.ends_with("senders") || pipeline.ends_with("examples")
+            {
                 continue;
             }
             for fixture in std::fs::read_dir(&pipeline).unwrap() {
@@ -823,10 +825,11 @@ fn bless_round_trips_every_shipped_fixture() {
     }
     assert!(originals.len() > 100, "{} fixtures", originals.len());
 
-    let blessed = hookgate_check(dir.path(), &["--bless", "pipelines", "pipelines/senders"]);
+    let all = ["pipelines", "pipelines/senders", "pipelines/examples"];
+    let blessed = hookgate_check(dir.path(), &[&["--bless"][..], &all].concat());
     let text = report(&blessed);
     assert!(text.contains(&format!("blessed {} fixtures", originals.len())), "{text}");
-    let checked = hookgate_check(dir.path(), &["pipelines", "pipelines/senders"]);
+    let checked = hookgate_check(dir.path(), &all);
     let text = report(&checked);
     assert!(checked.status.success(), "{text}");
     assert!(text.contains("(0 failed): 0 errors"), "{text}");
@@ -1074,4 +1077,47 @@ fn every_code_is_produced_by_a_test() {
         .filter(|c| !shown.contains(&format!("[{c}]")))
         .collect();
     assert!(missing.is_empty(), "codes no test shows: {missing:?}");
+}
+
+/// Plugins load only from the directories `plugins.directories` names, and each library there
+/// that cannot be used is a located error: a missing directory, a library others may write
+/// to, a symlink leading out of the directory, a file that is not a library at all.
+#[test]
+fn plugin_directories_that_cannot_be_trusted_are_located_errors() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let project = project_copy();
+    let dir = project.path();
+    let instances = dir.join("hookgate.yaml");
+    let text = std::fs::read_to_string(&instances).unwrap();
+    std::fs::write(
+        &instances,
+        format!("plugins:\n  directories: [missing, open, leaks, junk]\n{text}"),
+    )
+    .unwrap();
+    for name in ["open", "leaks", "junk"] {
+        std::fs::create_dir(dir.join(name)).unwrap();
+        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(dir.join("open"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("libevil.so"), b"not a library").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("libevil.so"), dir.join("leaks/libevil.so"))
+        .unwrap();
+    std::fs::write(dir.join("junk/libjunk.so"), b"not a library").unwrap();
+    std::fs::set_permissions(dir.join("junk/libjunk.so"), std::fs::Permissions::from_mode(0o644))
+        .unwrap();
+
+    let output = hookgate_check(dir, &[]);
+    let text = report(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    for expected in [
+        "hookgate.yaml:2:17: error[H0605]: plugin directory missing: No such file or directory",
+        "hookgate.yaml:2:26: error[H0605]: plugin directory open is writable by its group or others (mode 777)",
+        "hookgate.yaml:2:32: error[H0605]: leaks/libevil.so resolves to",
+        "outside the plugin directory leaks",
+        "hookgate.yaml:2:39: error[H0605]: ",
+        "junk/libjunk.so: cannot load the library",
+    ] {
+        assert!(text.contains(expected), "expected {expected:?} in\n{text}");
+    }
 }

@@ -460,3 +460,88 @@ async fn a_gateway_error_to_a_write_is_looked_up_before_the_write_is_sent_again(
     drop(server);
     database.cleanup().await;
 }
+
+/// `kind: http` end to end: the shipped `inhouse` instance (settings only, its URLs given by
+/// reference) and the example pipeline, against the fake in-house REST CRM with a 503, a 429,
+/// a lost answer and an expired token on the way. Judged from the CRM's own effect log: one
+/// write per customer and order, the lost one reconciled by a lookup, not written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_declarative_rest_connector_writes_once_each_through_faults() {
+    use hookgate_fakes::rest::{self as rest, FakeRest};
+    let crm = FakeRest::start().await;
+    crm.push_fault(rest::Fault::ServerError(503));
+    crm.push_fault(rest::Fault::RateLimited { retry_after: Some("1".into()) });
+    crm.push_fault(rest::Fault::LostResponse(Duration::from_secs(15)));
+    let database = Database::sqlite().await;
+    let server = ServerBuilder::new(database.url())
+        .pipelines(root().join("pipelines/examples/inhouse-orders.yaml"))
+        .workers(2)
+        .env("INHOUSE_CRM_URL", &crm.base_url)
+        .env("INHOUSE_TOKEN_URL", &format!("{}/oauth/token", crm.base_url))
+        .env("INHOUSE_CLIENT_ID", rest::CLIENT_ID)
+        .env("INHOUSE_CLIENT_SECRET", rest::CLIENT_SECRET)
+        .env("INHOUSE_ORDERS_SECRET", "inhouse-e2e-secret")
+        .arg("--call-timeout-ms")
+        .arg("3000")
+        .start();
+    let signed = |id: &str, customer: &str, seq: u64| {
+        let body =
+            format!(r#"{{"id":"{id}","customer":"{customer}","seq":{seq},"status":"paid"}}"#);
+        let mac = hookgate_verify::compute_mac(
+            hookgate_verify::Algorithm::HmacSha256,
+            b"inhouse-e2e-secret",
+            &[body.as_bytes()],
+        );
+        Delivery {
+            pipeline: "inhouse-orders",
+            headers: vec![(
+                "X-Signature".into(),
+                format!("sha256={}", hookgate_verify::Encoding::Hex.encode(&mac)),
+            )],
+            body: body.into_bytes(),
+        }
+    };
+    let deliveries = [
+        signed("o-1", "ada", 1),
+        signed("o-2", "grace", 1),
+        signed("o-3", "linus", 1),
+        // At least once: a redelivery is the same event.
+        signed("o-2", "grace", 1),
+    ];
+    send_all(&server, &deliveries).await;
+    crm.expire_tokens();
+    send_all(&server, &[signed("o-4", "ada", 2)]).await;
+    drained(&database.store().await).await;
+
+    let writes = crm.writes();
+    let mut per_customer: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for write in &writes {
+        per_customer.entry(&write.value).or_default().push(&write.fields["last_order"]);
+    }
+    assert_eq!(
+        per_customer,
+        std::collections::BTreeMap::from([
+            ("ada", vec!["o-1", "o-4"]),
+            ("grace", vec!["o-2"]),
+            ("linus", vec!["o-3"]),
+        ]),
+        "{writes:#?}"
+    );
+    assert_eq!(crm.records("customers").len(), 3);
+    let store = database.store().await;
+    let filter = hookgate_store::EventFilter { limit: 100, ..Default::default() };
+    let events = store.list_events(&filter).await.unwrap();
+    let mut actions = Vec::new();
+    for event in &events {
+        assert_eq!(event.state, "done", "{event:?}");
+        actions.extend(
+            store.attempts_for(event.id).await.unwrap().into_iter().filter_map(|a| a.action),
+        );
+    }
+    assert!(
+        actions.iter().any(|a| a == "lookup"),
+        "the lost answer was not looked up: {actions:?}"
+    );
+    drop(server);
+    database.cleanup().await;
+}

@@ -10,6 +10,7 @@ use hookgate::check::{self, Options, SecretPolicy};
 mod bench;
 mod chaos;
 mod fuzz;
+mod scaffold;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask")]
@@ -20,7 +21,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Validate pipelines (default: pipelines/ and pipelines/senders/) with their fixtures, and check that schemas/
+    /// Validate pipelines (default: pipelines/, pipelines/senders/ and pipelines/examples/) with their fixtures, and check that schemas/
     /// is up to date.
     Check {
         paths: Vec<PathBuf>,
@@ -29,6 +30,20 @@ enum Command {
     },
     /// Regenerate the JSON Schemas in schemas/.
     Codegen,
+    /// Scaffold a connector that builds and passes the conformance suite as generated: an
+    /// in-tree crate under connectors/ registered in the binary, or (`--plugin`) an
+    /// out-of-tree plugin crate built as a cdylib.
+    NewConnector {
+        /// The connector kind: lowercase letters, digits and `_`.
+        name: String,
+        /// Generate an out-of-tree plugin crate instead of an in-tree connector.
+        #[arg(long)]
+        plugin: bool,
+        /// Where to write the crate (default: connectors/hookgate-connector-NAME, or
+        /// ../hookgate-plugin-NAME for a plugin).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Measure verification and intake speed and the server's memory, each against a baseline
     /// measured in the same run. Needs PostgreSQL on 127.0.0.1:5432.
     Bench {
@@ -109,6 +124,7 @@ fn main() -> Result<ExitCode> {
             if paths.is_empty() {
                 paths.push(PathBuf::from("pipelines"));
                 paths.push(PathBuf::from("pipelines/senders"));
+                paths.push(PathBuf::from("pipelines/examples"));
             }
             let report = check::check(&Options {
                 paths,
@@ -184,6 +200,25 @@ fn main() -> Result<ExitCode> {
             }
             let keep = keep.map(|dir| root.join(dir));
             fuzz::run(&root, &fuzz::Options { targets, seconds, runs, jobs, keep })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::NewConnector { name, plugin, dir } => {
+            let generated = scaffold::new_connector(&root, &name, plugin, dir)?;
+            println!("wrote {}", generated.dir.display());
+            for file in &generated.touched {
+                println!("registered in {}", file.display());
+            }
+            if plugin {
+                println!(
+                    "next: cd {} && cargo test && cargo build --release, then put the library in a directory under `plugins.directories`",
+                    generated.dir.display()
+                );
+            } else {
+                println!(
+                    "next: cargo test -p hookgate-connector-{} && cargo xtask codegen; `hookgate connectors` lists kind `{name}`",
+                    name.replace('_', "-")
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Codegen => {

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use hookgate_connector::{
     Answer, BoxFuture, Capabilities, ConfigError, Connector, ConnectorError, Credentials,
-    Description, LookupOutcome, LookupRequest, Operation, Secret, UpsertOutcome, UpsertRequest,
-    credential,
+    Description, KindDescription, LookupOutcome, LookupRequest, Operation, Secret, TargetRule,
+    UpsertOutcome, UpsertRequest, credential,
 };
 use hookgate_connector_http::{self as http, HttpSettings, Response};
 use schemars::JsonSchema;
@@ -302,6 +302,35 @@ impl Connector for HubSpot {
                 status => Err(classify(status, &response, false)),
             }
         })
+    }
+}
+
+impl hookgate_connector::Kind for HubSpot {
+    type Settings = HubSpotSettings;
+
+    fn about() -> KindDescription {
+        KindDescription {
+            kind: "hubspot".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            settings_schema: serde_json::Value::Null,
+            credentials: CREDENTIALS.iter().map(|name| (*name).to_owned()).collect(),
+            rules: vec![
+                TargetRule::ExternalIdFieldNot {
+                    names: vec!["hs_object_id".into()],
+                    message: "HubSpot cannot upsert by `hs_object_id`".into(),
+                    hint: "batch upsert needs a property with unique values (`hasUniqueValue: true`), e.g. `email` for contacts or a custom unique property".into(),
+                },
+                TargetRule::ObjectLowercase { crm: "HubSpot".into() },
+            ],
+        }
+    }
+
+    fn create(
+        settings: &BTreeMap<String, serde_json::Value>,
+        credentials: &Credentials,
+    ) -> BoxFuture<'static, Result<HubSpot, ConfigError>> {
+        let built = HubSpot::from_config(settings, credentials);
+        Box::pin(async move { built })
     }
 }
 

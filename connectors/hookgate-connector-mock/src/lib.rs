@@ -17,8 +17,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use hookgate_connector::{
-    Answer, BoxFuture, Capabilities, Connector, ConnectorError, Description, LookupOutcome,
-    LookupRequest, Operation, UpsertOutcome, UpsertRequest,
+    Answer, BoxFuture, Capabilities, ConfigError, Connector, ConnectorError, Credentials,
+    Description, KindDescription, LookupOutcome, LookupRequest, Operation, UpsertOutcome,
+    UpsertRequest,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -524,6 +525,30 @@ impl Connector for MockCrm {
                 .await
                 .map(|_| ())
                 .map_err(|e| storage_failure(&e))
+        })
+    }
+}
+
+impl hookgate_connector::Kind for MockCrm {
+    type Settings = MockSettings;
+
+    fn about() -> KindDescription {
+        KindDescription {
+            kind: "mock".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            settings_schema: serde_json::Value::Null,
+            credentials: Vec::new(),
+            rules: Vec::new(),
+        }
+    }
+
+    fn create(
+        settings: &BTreeMap<String, serde_json::Value>,
+        _credentials: &Credentials,
+    ) -> BoxFuture<'static, Result<MockCrm, ConfigError>> {
+        let settings = settings.clone();
+        Box::pin(async move {
+            MockCrm::from_settings(&settings).await.map_err(|e| ConfigError(e.to_string()))
         })
     }
 }

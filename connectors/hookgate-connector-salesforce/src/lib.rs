@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use hookgate_connector::{
     Answer, BoxFuture, Capabilities, ConfigError, Connector, ConnectorError, Credentials,
-    Description, LookupOutcome, LookupRequest, Operation, Secret, UpsertOutcome, UpsertRequest,
-    credential,
+    Description, KindDescription, LookupOutcome, LookupRequest, Operation, Secret, TargetRule,
+    UpsertOutcome, UpsertRequest, credential,
 };
 use hookgate_connector_http::{self as http, HttpSettings, Response};
 use schemars::JsonSchema;
@@ -593,6 +593,41 @@ impl Connector for Salesforce {
 
     fn healthcheck(&self) -> BoxFuture<'_, Result<(), ConnectorError>> {
         Box::pin(async move { self.token().await.map(|_| ()) })
+    }
+}
+
+impl hookgate_connector::Kind for Salesforce {
+    type Settings = SalesforceSettings;
+
+    fn about() -> KindDescription {
+        KindDescription {
+            kind: "salesforce".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            settings_schema: serde_json::Value::Null,
+            credentials: vec!["client_id".into(), "client_secret".into()],
+            rules: vec![
+                TargetRule::ExternalIdFieldNot {
+                    names: vec!["Id".into()],
+                    message: "Salesforce cannot upsert by `Id`".into(),
+                    hint: "PATCH on `sobjects/{object}/Id` is refused (METHOD_NOT_ALLOWED); use an external-id field such as `Ext_Id__c`".into(),
+                },
+                TargetRule::ExternalIdFieldNotInFields {
+                    hint: "Salesforce rejects an upsert whose body repeats the external-id field; it is taken from the URL".into(),
+                },
+            ],
+        }
+    }
+
+    fn required_credentials(settings: &BTreeMap<String, serde_json::Value>) -> Vec<String> {
+        required_credentials(settings).iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    fn create(
+        settings: &BTreeMap<String, serde_json::Value>,
+        credentials: &Credentials,
+    ) -> BoxFuture<'static, Result<Salesforce, ConfigError>> {
+        let built = Salesforce::from_config(settings, credentials);
+        Box::pin(async move { built })
     }
 }
 

@@ -168,6 +168,77 @@ pub enum LookupOutcome {
     NotFound { answer: Answer },
 }
 
+/// A connector kind as the registry knows it before any instance exists: what `check`
+/// enforces and what `serve` needs. In-tree connectors and plugins describe themselves alike;
+/// for a plugin this crosses the C ABI as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KindDescription {
+    /// The name instances use as `kind`: lowercase ASCII letters, digits, `_` and `-`.
+    pub kind: String,
+    pub version: String,
+    /// JSON Schema of the instance `settings`.
+    pub settings_schema: serde_json::Value,
+    /// The credentials every instance must reference (a kind whose needs depend on its
+    /// settings, such as Salesforce's auth flows, says so in [`Kind::required_credentials`]).
+    #[serde(default)]
+    pub credentials: Vec<String>,
+    /// What the CRM's API cannot do, checked against every target before anything runs.
+    #[serde(default)]
+    pub rules: Vec<TargetRule>,
+}
+
+/// A restriction a CRM's API documents, checked against each target that writes to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum TargetRule {
+    /// `external_id.field` is none of `names` (compared ignoring ASCII case).
+    ExternalIdFieldNot { names: Vec<String>, message: String, hint: String },
+    /// `external_id.field` is not also written in `fields`.
+    ExternalIdFieldNotInFields { hint: String },
+    /// `object` has no uppercase letter; `crm` names the CRM in the message.
+    ObjectLowercase { crm: String },
+}
+
+/// A connector kind: how the registry and the plugin export build instances of it. An
+/// in-tree connector is registered with one line (`registry.add::<MyConnector>()`); the
+/// same implementation becomes a plugin with `hookgate_plugin::export_connector!`.
+pub trait Kind: Connector + Sized + 'static {
+    /// The instance settings; their JSON Schema is published and checked.
+    type Settings: serde::de::DeserializeOwned + schemars::JsonSchema;
+
+    /// The kind's name, version, credentials and rules; [`describe_kind`] adds the schema.
+    fn about() -> KindDescription;
+
+    /// The credentials an instance with these settings needs.
+    fn required_credentials(_settings: &BTreeMap<String, serde_json::Value>) -> Vec<String> {
+        Self::about().credentials
+    }
+
+    /// Builds an instance. Errors name the setting or credential at fault.
+    fn create(
+        settings: &BTreeMap<String, serde_json::Value>,
+        credentials: &Credentials,
+    ) -> BoxFuture<'static, Result<Self, ConfigError>>;
+}
+
+/// A kind's full description, its settings schema generated from [`Kind::Settings`].
+pub fn describe_kind<K: Kind>() -> KindDescription {
+    let mut description = K::about();
+    description.settings_schema =
+        serde_json::to_value(schemars::schema_for!(K::Settings)).unwrap_or_default();
+    description
+}
+
+/// Whether `name` can be a connector kind.
+pub fn valid_kind_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
 /// What a connector can do, and its settings schema.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Description {

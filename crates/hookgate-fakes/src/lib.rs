@@ -8,6 +8,10 @@
 //! - [`hubspot::FakeHubSpot`]: private-app tokens, batch upsert by a unique `idProperty` with
 //!   the `new` flag, update by `idProperty`, search with lag, the 10-second rate-limit window
 //!   with its headers, 401/403 bodies, lost responses.
+//! - [`rest::FakeRest`]: a plain in-house REST CRM for the declarative `kind: http`
+//!   connector: OAuth client credentials with expiring tokens or a static API key, upsert by
+//!   `PUT /objects/{object}/by/{field}/{value}` with 201/200, idempotency keys, 422
+//!   validation, 429 with `Retry-After`, 503, lost answers and dropped connections.
 //! - [`stripe::FakeStripe`]: a source for `refresh:`, Stripe's customer retrieval with its
 //!   Basic-auth secret key, `resource_missing` 404s, deleted customers, and scripted faults.
 //!
@@ -22,6 +26,7 @@
 pub mod chaos;
 pub mod hubspot;
 pub mod proxy;
+pub mod rest;
 pub mod salesforce;
 pub mod stripe;
 

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use hookgate_connector::TargetRule;
 use hookgate_verify::{
     Algorithm, Condition, Encoding, Fields, HeaderRef, KeyFormat, Part, Preset, Scheme,
     SignatureSource, Spec, TimestampFormat, TimestampRule, TimestampSource, TimestampSpec, Variant,
@@ -12,11 +13,11 @@ use minijinja::Environment;
 
 use crate::diagnostic::{Code, Diagnostic, Pos, Span, suggestion};
 use crate::model::{
-    BodyFormat, ConditionConfig, ConnectorInstance, ConnectorKind, DigestEncoding, FieldsConfig,
-    Fingerprint, HeaderNames, InstancesFile, KeyFormatName, MessagePart, NotFound, Operation,
-    PayloadSchema, Pipeline, Provider, Redact, Refresh, RefreshAuth, RefreshMethod, SchemeName,
-    SecretRef, SignatureAlgorithm, SignatureConfig, SignedPart, Target, TimestampConfig,
-    TimestampFormatName, TimestampRuleName, ValueSource, VersionType,
+    BodyFormat, ConditionConfig, ConnectorInstance, DigestEncoding, FieldsConfig, Fingerprint,
+    HeaderNames, InstancesFile, KeyFormatName, MessagePart, NotFound, Operation, PayloadSchema,
+    Pipeline, Provider, Redact, Refresh, RefreshAuth, RefreshMethod, SchemeName, SecretRef,
+    SignatureAlgorithm, SignatureConfig, SignedPart, Target, TimestampConfig, TimestampFormatName,
+    TimestampRuleName, ValueSource, VersionType,
 };
 use crate::redact::Redaction;
 use crate::shape::{PayloadUse, Shape, ShapeSource};
@@ -130,7 +131,7 @@ pub const MAX_FUTURE_DEFAULT: Duration = Duration::from_secs(3600);
 pub struct CompiledTarget {
     pub name: String,
     pub connector: String,
-    pub connector_kind: Option<ConnectorKind>,
+    pub connector_kind: Option<String>,
     pub when: Option<TemplateName>,
     pub object: String,
     pub operation: Operation,
@@ -152,6 +153,13 @@ pub struct Instances {
     pub payload_keys: Vec<(String, SecretRef, Pos)>,
     /// `source_origins`: a refresh written for the key's origin goes to the value's.
     pub source_origins: BTreeMap<String, String>,
+    /// What each connector kind's API cannot do, by kind: filled in by whoever knows the
+    /// kinds (the binary's registry), checked against every target.
+    pub rules: BTreeMap<String, Vec<TargetRule>>,
+    /// `plugins.directories` as written, each with its place in the file.
+    pub plugin_directories: Vec<(String, Span)>,
+    /// `plugins.max_calls_in_flight` and `plugins.max_answer_bytes`.
+    pub plugin_limits: (usize, usize),
     /// The document and each instance's index in it, to check settings where they are written.
     doc: Option<Node>,
     index: BTreeMap<String, usize>,
@@ -169,7 +177,40 @@ impl Instances {
             // are then reported at the instance).
             None => Node { span: instance.span, value: Value::Map(Vec::new()) },
         };
+        // A reference (`{ env: NAME }`) gives a string when the gateway starts: checked as one.
+        replace_references(&mut node);
         crate::de::from_node::<T>(&self.file, &mut node).1
+    }
+
+    /// Where an instance's `kind` is written (the start of the file if unknown).
+    pub fn kind_span(&self, name: &str) -> Span {
+        match (&self.doc, self.index.get(name)) {
+            (Some(doc), Some(&i)) => doc.locate(&path!["connectors", i, "kind"]).span,
+            _ => Span::start(),
+        }
+    }
+
+    /// Where the value at `pointer` (a JSON pointer, e.g. `/auth/token_url`) inside an
+    /// instance's `settings` is written: the deepest part of it that exists in the file.
+    pub fn settings_span(&self, name: &str, pointer: &str) -> Span {
+        let (Some(doc), Some(&i)) = (&self.doc, self.index.get(name)) else {
+            return Span::start();
+        };
+        let instance = doc.locate(&path!["connectors", i]);
+        let Some(mut node) = instance.get(&"settings".into()) else { return instance.span };
+        for token in pointer.split('/').skip(1) {
+            let token = token.replace("~1", "/").replace("~0", "~");
+            let segment = match token.parse::<usize>() {
+                Ok(k) if matches!(node.value, Value::Seq(_)) => PathSegment::Index(k),
+                _ => PathSegment::Key(token),
+            };
+            let next = node.get(&segment);
+            match next {
+                Some(next) => node = next,
+                None => break,
+            }
+        }
+        node.span
     }
 
     /// Reports each credential a kind requires that an instance does not reference.
@@ -199,6 +240,102 @@ impl Instances {
     }
 }
 
+/// A settings value that is a reference to the environment or a file (`{ env: NAME }`,
+/// `{ file: PATH }`): a mapping with that one key. It stands for the variable's or file's text.
+pub fn setting_reference(value: &serde_json::Value) -> Option<SecretRef> {
+    let object = value.as_object().filter(|object| object.len() == 1)?;
+    let (key, value) = object.iter().next()?;
+    let text = value.as_str()?.to_owned();
+    match key.as_str() {
+        "env" => Some(SecretRef::Env(text)),
+        "file" => Some(SecretRef::File(text)),
+        _ => None,
+    }
+}
+
+/// Each reference in `settings`, with its JSON pointer (e.g. `/base_url`).
+pub fn setting_references(
+    settings: &BTreeMap<String, serde_json::Value>,
+) -> Vec<(String, SecretRef)> {
+    fn walk(pointer: String, value: &serde_json::Value, found: &mut Vec<(String, SecretRef)>) {
+        if let Some(reference) = setting_reference(value) {
+            found.push((pointer, reference));
+            return;
+        }
+        match value {
+            serde_json::Value::Object(object) => {
+                for (key, inner) in object {
+                    walk(
+                        format!("{pointer}/{}", key.replace('~', "~0").replace('/', "~1")),
+                        inner,
+                        found,
+                    );
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (i, inner) in items.iter().enumerate() {
+                    walk(format!("{pointer}/{i}"), inner, found);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for (key, value) in settings {
+        walk(format!("/{}", key.replace('~', "~0").replace('/', "~1")), value, &mut found);
+    }
+    found
+}
+
+/// `settings` with every reference replaced by what `resolve` gives for it.
+pub fn with_references_resolved<E>(
+    settings: &BTreeMap<String, serde_json::Value>,
+    resolve: &mut impl FnMut(&SecretRef) -> Result<String, E>,
+) -> Result<BTreeMap<String, serde_json::Value>, E> {
+    fn walk<E>(
+        value: &serde_json::Value,
+        resolve: &mut impl FnMut(&SecretRef) -> Result<String, E>,
+    ) -> Result<serde_json::Value, E> {
+        if let Some(reference) = setting_reference(value) {
+            return Ok(serde_json::Value::String(resolve(&reference)?));
+        }
+        Ok(match value {
+            serde_json::Value::Object(object) => serde_json::Value::Object(
+                object
+                    .iter()
+                    .map(|(key, inner)| Ok((key.clone(), walk(inner, resolve)?)))
+                    .collect::<Result<_, E>>()?,
+            ),
+            serde_json::Value::Array(items) => serde_json::Value::Array(
+                items.iter().map(|inner| walk(inner, resolve)).collect::<Result<_, E>>()?,
+            ),
+            other => other.clone(),
+        })
+    }
+    settings.iter().map(|(key, value)| Ok((key.clone(), walk(value, resolve)?))).collect()
+}
+
+/// Replaces each reference mapping in a settings node by an empty string of the same span.
+fn replace_references(node: &mut Node) {
+    let is_reference = match &node.value {
+        Value::Map(entries) => {
+            entries.len() == 1
+                && matches!(&entries[0].0.value, Value::Scalar { text, .. } if text == "env" || text == "file")
+                && matches!(&entries[0].1.value, Value::Scalar { .. })
+        }
+        _ => false,
+    };
+    if is_reference {
+        node.value = Value::Scalar { text: String::new(), style: crate::yaml::Style::DoubleQuoted };
+        return;
+    }
+    match &mut node.value {
+        Value::Map(entries) => entries.iter_mut().for_each(|(_, value)| replace_references(value)),
+        Value::Seq(items) => items.iter_mut().for_each(replace_references),
+        _ => {}
+    }
+}
+
 pub(crate) fn check_instances(
     file: &str,
     doc: &Node,
@@ -225,6 +362,20 @@ pub(crate) fn check_instances(
             let pos = doc.locate(&path!["connectors", i, "credentials", key.as_str()]).span.start;
             secrets.push((instance.name.clone(), instance.credentials[key].clone(), pos));
         }
+        // References in settings are secrets like credentials: reported when unset, required
+        // by `serve` only for the instances it builds.
+        for (pointer, reference) in setting_references(&instance.settings) {
+            let mut path = path!["connectors", i, "settings"].to_vec();
+            for token in pointer.split('/').skip(1) {
+                let token = token.replace("~1", "/").replace("~0", "~");
+                path.push(match token.parse::<usize>() {
+                    Ok(index) => PathSegment::Index(index),
+                    Err(_) => PathSegment::Key(token),
+                });
+            }
+            let pos = doc.locate(&path).span.start;
+            secrets.push((instance.name.clone(), reference, pos));
+        }
         if let Some(&first) = index.get(&instance.name) {
             let first_span = doc.locate(&path!["connectors", first, "name"]).span;
             diagnostics.push(
@@ -241,6 +392,35 @@ pub(crate) fn check_instances(
         }
         index.insert(instance.name.clone(), i);
         connectors.insert(instance.name.clone(), instance);
+    }
+    let mut plugin_directories = Vec::new();
+    let mut plugin_limits = (16, 1 << 20);
+    if let Some(plugins) = &model.plugins {
+        for (i, directory) in plugins.directories.iter().enumerate() {
+            let span = doc.locate(&path!["plugins", "directories", i]).span;
+            plugin_directories.push((directory.clone(), span));
+        }
+        for (field, value, range) in [
+            ("max_calls_in_flight", plugins.max_calls_in_flight, 1..=256),
+            ("max_answer_bytes", plugins.max_answer_bytes, 1024..=16 << 20),
+        ] {
+            if !range.contains(&value) {
+                diagnostics.push(
+                    Diagnostic::error(
+                        Code::OutOfRange,
+                        file,
+                        doc.locate(&path!["plugins", field]).span,
+                        format!("`plugins.{field}` is {value}, outside {range:?}"),
+                    )
+                    .with_hint(format!(
+                        "use a value from {} to {}",
+                        range.start(),
+                        range.end()
+                    )),
+                );
+            }
+        }
+        plugin_limits = (plugins.max_calls_in_flight, plugins.max_answer_bytes);
     }
     let mut payload_keys: Vec<(String, SecretRef, Pos)> = Vec::new();
     match &model.payload_encryption {
@@ -327,6 +507,9 @@ pub(crate) fn check_instances(
             secrets,
             payload_keys,
             source_origins,
+            rules: BTreeMap::new(),
+            plugin_directories,
+            plugin_limits,
             doc: Some(doc.clone()),
             index,
         },
@@ -1691,7 +1874,7 @@ fn check_target(
     let connector_kind = match instances {
         None => None,
         Some(instances) => match instances.connectors.get(&target.connector) {
-            Some(instance) => Some(instance.kind),
+            Some(instance) => Some(instance.kind.clone()),
             None => {
                 let names: Vec<&str> = instances.connectors.keys().map(String::as_str).collect();
                 let hint = if names.is_empty() {
@@ -1713,8 +1896,9 @@ fn check_target(
             }
         },
     };
-    if let Some(kind) = connector_kind {
-        for (field, message, hint) in kind_restrictions(kind, target) {
+    let rules = connector_kind.as_ref().and_then(|kind| instances?.rules.get(kind));
+    if let Some(rules) = rules {
+        for (field, message, hint) in kind_restrictions(rules, target) {
             c.error(Code::ConnectorRule, &path!["targets", i, field], message).hint = Some(hint);
         }
     }
@@ -1969,31 +2153,35 @@ fn is_loopback_host(host: &str) -> bool {
 }
 
 /// What a connector kind's API documents it cannot do, found before anything runs.
-fn kind_restrictions(kind: ConnectorKind, target: &Target) -> Vec<(&'static str, String, String)> {
-    let mut problems = Vec::new();
+fn kind_restrictions(rules: &[TargetRule], target: &Target) -> Vec<(&'static str, String, String)> {
     let field = &target.external_id.field;
-    match kind {
-        ConnectorKind::Salesforce => {
-            if field.eq_ignore_ascii_case("id") {
-                problems.push(("external_id", "Salesforce cannot upsert by `Id`".to_owned(), "PATCH on `sobjects/{object}/Id` is refused (METHOD_NOT_ALLOWED); use an external-id field such as `Ext_Id__c`".to_owned()));
+    let mut problems = Vec::new();
+    for rule in rules {
+        match rule {
+            TargetRule::ExternalIdFieldNot { names, message, hint } => {
+                if names.iter().any(|name| name.eq_ignore_ascii_case(field)) {
+                    problems.push(("external_id", message.clone(), hint.clone()));
+                }
             }
-            if target.fields.contains_key(field) {
-                problems.push(("fields", format!("`{field}` is the external-id field and must not be in `fields`"), "Salesforce rejects an upsert whose body repeats the external-id field; it is taken from the URL".to_owned()));
+            TargetRule::ExternalIdFieldNotInFields { hint } => {
+                if target.fields.contains_key(field) {
+                    problems.push((
+                        "fields",
+                        format!("`{field}` is the external-id field and must not be in `fields`"),
+                        hint.clone(),
+                    ));
+                }
+            }
+            TargetRule::ObjectLowercase { crm } => {
+                if target.object.chars().any(|ch| ch.is_ascii_uppercase()) {
+                    problems.push((
+                        "object",
+                        format!("{crm} object types are lowercase, not `{}`", target.object),
+                        format!("e.g. `{}`", target.object.to_ascii_lowercase()),
+                    ));
+                }
             }
         }
-        ConnectorKind::Hubspot => {
-            if field == "hs_object_id" {
-                problems.push(("external_id", "HubSpot cannot upsert by `hs_object_id`".to_owned(), "batch upsert needs a property with unique values (`hasUniqueValue: true`), e.g. `email` for contacts or a custom unique property".to_owned()));
-            }
-            if target.object.chars().any(|ch| ch.is_ascii_uppercase()) {
-                problems.push((
-                    "object",
-                    format!("HubSpot object types are lowercase, not `{}`", target.object),
-                    format!("e.g. `{}`", target.object.to_ascii_lowercase()),
-                ));
-            }
-        }
-        ConnectorKind::Mock | ConnectorKind::Plugin => {}
     }
     problems
 }

@@ -204,6 +204,17 @@ by `Id`; HubSpot upserts by a unique property. The message says which rule and w
 "An instance's `settings` are checked against its kind's own settings, and each credential
 the kind needs must be referenced (`client_secret: { env: SF_CLIENT_SECRET }`).";
 
+    UnknownConnectorKind = "H0604", "an instance whose kind no connector provides",
+"A `kind` is an in-tree connector (`mock`, `salesforce`, `hubspot`, `http`) or one that a
+plugin in `plugins.directories` describes. `hookgate connectors` lists the kinds this
+configuration has, with where each comes from.";
+
+    Plugin = "H0605", "a connector plugin that cannot be used",
+"Plugins load only from the directories `plugins.directories` names (relative to
+`hookgate.yaml`). A library is refused when it resolves outside them, others may write to it,
+it is not a hookgate plugin (no `hookgate_connector_plugin` symbol), it was built for another
+connector ABI, its description is not valid, or its kind is already taken.";
+
     OutOfRange = "H0701", "a value outside what it may be",
 "Numbers and durations have bounds that keep the gateway safe and useful: `jitter` is a
 fraction from 0 to 1, `attempts_max` from 1 to 100, `retention` at least 1h, a timestamp

@@ -27,9 +27,11 @@ mod de;
 
 pub use check::{
     CompiledOrdering, CompiledPipeline, CompiledSource, CompiledTarget, Instances, KeyFetch,
-    TemplateName,
+    TemplateName, setting_reference, setting_references, with_references_resolved,
 };
-pub use diagnostic::{Code, Diagnostic, Pos, Related, Severity, Span};
+pub use diagnostic::{
+    Code, Diagnostic, Pos, Related, Severity, Span, suggestion, variant_suggestion,
+};
 
 use crate::yaml::Node;
 

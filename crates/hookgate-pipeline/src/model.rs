@@ -856,6 +856,34 @@ pub struct InstancesFile {
     /// The pipeline's path and query are kept.
     #[serde(default)]
     pub source_origins: BTreeMap<String, String>,
+    /// Connector plugins: libraries loaded at start, each providing the connector kind it
+    /// describes.
+    #[serde(default)]
+    pub plugins: Option<Plugins>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Plugins {
+    /// Directories, relative to this file, whose libraries (`*.so`, `*.dylib`, `*.dll`) are
+    /// loaded. Nothing else is ever loaded; only the operator should be able to write to them.
+    pub directories: Vec<String>,
+    /// Calls of one plugin instance in flight at most (1 to 256), counting calls that ran
+    /// past their timeout and have not returned.
+    #[serde(default = "default_plugin_calls")]
+    pub max_calls_in_flight: usize,
+    /// Bytes of one plugin answer read at most (1 KiB to 16 MiB); a longer answer is treated
+    /// like one that cannot be read.
+    #[serde(default = "default_plugin_answer_bytes")]
+    pub max_answer_bytes: usize,
+}
+
+fn default_plugin_calls() -> usize {
+    16
+}
+
+fn default_plugin_answer_bytes() -> usize {
+    1 << 20
 }
 
 /// Keys for payloads at rest.
@@ -882,31 +910,13 @@ pub struct PayloadKeyRef {
 pub struct ConnectorInstance {
     /// The name targets refer to.
     pub name: String,
-    pub kind: ConnectorKind,
+    /// The connector kind: an in-tree one (`mock`, `salesforce`, `hubspot`, `http`) or one a
+    /// plugin describes (`hookgate connectors` lists them).
+    pub kind: String,
     /// Kind-specific settings (URLs, API version, fault injection for the mock).
     #[serde(default)]
     pub settings: BTreeMap<String, serde_json::Value>,
     /// Kind-specific credentials, each a secret reference.
     #[serde(default)]
     pub credentials: BTreeMap<String, SecretRef>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ConnectorKind {
-    Mock,
-    Salesforce,
-    Hubspot,
-    Plugin,
-}
-
-impl ConnectorKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConnectorKind::Mock => "mock",
-            ConnectorKind::Salesforce => "salesforce",
-            ConnectorKind::Hubspot => "hubspot",
-            ConnectorKind::Plugin => "plugin",
-        }
-    }
 }

@@ -42,6 +42,8 @@ pub struct Options {
 #[derive(Debug)]
 pub struct Project {
     pub instances: Option<Instances>,
+    /// The connector kinds: in-tree, and the plugins the instances file names.
+    pub registry: crate::connectors::Registry,
     pub pipelines: Vec<LoadedPipeline>,
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -63,13 +65,18 @@ impl Project {
 pub fn load(options: &Options) -> Project {
     let mut diagnostics = Vec::new();
     let instances_name = options.instances.display().to_string();
+    let mut registry = None;
     let instances = match files::read_config(&options.instances) {
         Ok(source) => {
-            let (instances, found) = load_instances(&instances_name, &source);
+            let (mut instances, found) = load_instances(&instances_name, &source);
             diagnostics.extend(found);
-            if let Some(instances) = &instances {
-                diagnostics.extend(crate::connectors::check(instances));
+            let (loaded, found) = crate::connectors::Registry::load(instances.as_ref());
+            diagnostics.extend(found);
+            if let Some(instances) = &mut instances {
+                diagnostics.extend(loaded.check(instances, &options.resolver));
+                instances.rules = loaded.rules();
             }
+            registry = Some(loaded);
             instances
         }
         Err(error) => {
@@ -217,7 +224,8 @@ pub fn load(options: &Options) -> Project {
             }
         }
     }
-    Project { instances, pipelines, diagnostics }
+    let registry = registry.unwrap_or_else(crate::connectors::Registry::in_tree);
+    Project { instances, registry, pipelines, diagnostics }
 }
 
 /// Unresolvable secrets: each an error when serving. For `check`, CI rarely has production

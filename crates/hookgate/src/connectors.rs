@@ -1,98 +1,394 @@
-//! Connector instances from `hookgate.yaml`: checked, built into running connectors, and
-//! described by schemas. The only place that maps a kind to its crate.
+//! The connector registry: every kind this build knows (one line per in-tree connector) and
+//! the plugins `hookgate.yaml` names, checked, built into running connectors, and described
+//! by schemas. The only place that maps a kind to its code.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use hookgate_connector::{Connector, Credentials, Secret};
-use hookgate_connector_hubspot::{HubSpot, HubSpotSettings};
-use hookgate_connector_mock::{MockCrm, MockSettings};
-use hookgate_connector_salesforce::{Salesforce, SalesforceSettings};
+use hookgate_connector::{
+    BoxFuture, ConfigError, Connector, Credentials, Kind, KindDescription, Secret, TargetRule,
+    describe_kind,
+};
+use hookgate_connector_hubspot::HubSpot;
+use hookgate_connector_mock::MockCrm;
+use hookgate_connector_salesforce::Salesforce;
 use hookgate_engine::Connectors;
-use hookgate_pipeline::model::{ConnectorInstance, ConnectorKind};
-use hookgate_pipeline::{Diagnostic, Instances, Span};
+use hookgate_pipeline::{
+    Code, Diagnostic, Instances, suggestion, variant_suggestion, with_references_resolved,
+};
+use hookgate_plugin::host::{Limits, Plugin};
 
 use crate::secrets::Resolver;
 
-/// Checks every instance's settings and credentials against its kind, with locations.
-pub fn check(instances: &Instances) -> Vec<Diagnostic> {
-    let mut diagnostics = Vec::new();
-    for (name, instance) in &instances.connectors {
-        match instance.kind {
-            ConnectorKind::Mock => {
-                diagnostics.extend(instances.check_settings::<MockSettings>(name))
+/// The kinds of one configuration: in-tree connectors, then its plugins.
+#[derive(Debug)]
+pub struct Registry {
+    kinds: BTreeMap<String, Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    description: KindDescription,
+    origin: Origin,
+}
+
+/// Settings as written in `hookgate.yaml`.
+type Settings = BTreeMap<String, serde_json::Value>;
+
+/// Builds an in-tree connector from its settings and credentials.
+type CreateFn =
+    fn(&Settings, &Credentials) -> BoxFuture<'static, Result<Arc<dyn Connector>, ConfigError>>;
+
+/// Where a kind's code lives.
+enum Origin {
+    InTree {
+        check: fn(&Instances, &str) -> Vec<Diagnostic>,
+        credentials: fn(&BTreeMap<String, serde_json::Value>) -> Vec<String>,
+        create: CreateFn,
+    },
+    Plugin(Arc<Plugin>),
+}
+
+impl std::fmt::Debug for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::InTree { .. } => f.write_str("in-tree"),
+            Origin::Plugin(plugin) => write!(f, "plugin {}", plugin.path().display()),
+        }
+    }
+}
+
+fn check_typed<K: Kind>(instances: &Instances, name: &str) -> Vec<Diagnostic> {
+    instances.check_settings::<K::Settings>(name)
+}
+
+fn create_typed<K: Kind>(
+    settings: &BTreeMap<String, serde_json::Value>,
+    credentials: &Credentials,
+) -> BoxFuture<'static, Result<Arc<dyn Connector>, ConfigError>> {
+    let created = K::create(settings, credentials);
+    Box::pin(async move { Ok(Arc::new(created.await?) as Arc<dyn Connector>) })
+}
+
+impl Registry {
+    /// The kinds built into hookgate. Adding an in-tree connector is one line here (and its
+    /// crate in `Cargo.toml`).
+    pub fn in_tree() -> Registry {
+        let mut registry = Registry { kinds: BTreeMap::new() };
+        registry.add::<MockCrm>();
+        registry.add::<Salesforce>();
+        registry.add::<HubSpot>();
+        registry.add::<hookgate_connector_rest::Rest>();
+        registry
+    }
+
+    fn add<K: Kind>(&mut self) {
+        let description = describe_kind::<K>();
+        let code = Origin::InTree {
+            check: check_typed::<K>,
+            credentials: K::required_credentials,
+            create: create_typed::<K>,
+        };
+        self.kinds.insert(description.kind.clone(), Entry { description, origin: code });
+    }
+
+    /// The in-tree kinds and the plugins `instances` names, with a located error for each
+    /// plugin that cannot be used.
+    pub fn load(instances: Option<&Instances>) -> (Registry, Vec<Diagnostic>) {
+        let mut registry = Registry::in_tree();
+        let mut diagnostics = Vec::new();
+        let Some(instances) = instances else { return (registry, diagnostics) };
+        let base = Path::new(&instances.file).parent().unwrap_or(Path::new(""));
+        for (written, span) in &instances.plugin_directories {
+            let problem = |message: String, hint: &str| {
+                Diagnostic::error(Code::Plugin, &instances.file, *span, message).with_hint(hint)
+            };
+            let directory = base.join(written);
+            let libraries = match plugin_libraries(&directory) {
+                Ok(libraries) => libraries,
+                Err(message) => {
+                    diagnostics.push(problem(
+                        message,
+                        "a plugin directory exists, only its owner may write to it and its libraries, and each library is a file inside it",
+                    ));
+                    continue;
+                }
+            };
+            for library in libraries {
+                let plugin = match Plugin::load(&library) {
+                    Ok(plugin) => plugin,
+                    Err(error) => {
+                        diagnostics.push(problem(
+                            error.to_string(),
+                            "remove it from the directory, or rebuild it with `hookgate_plugin::export_connector!`",
+                        ));
+                        continue;
+                    }
+                };
+                let kind = plugin.description().kind.clone();
+                if let Some(taken) = registry.kinds.get(&kind) {
+                    let by = match &taken.origin {
+                        Origin::InTree { .. } => "an in-tree connector".to_owned(),
+                        Origin::Plugin(other) => other.path().display().to_string(),
+                    };
+                    diagnostics.push(problem(
+                        format!("{}: kind `{kind}` is already provided by {by}", library.display()),
+                        "each kind comes from one place: rename the plugin's kind or remove one",
+                    ));
+                    continue;
+                }
+                let description = plugin.description().clone();
+                registry
+                    .kinds
+                    .insert(kind, Entry { description, origin: Origin::Plugin(Arc::new(plugin)) });
             }
-            ConnectorKind::Salesforce => {
-                diagnostics.extend(instances.check_settings::<SalesforceSettings>(name));
-                let required =
-                    hookgate_connector_salesforce::required_credentials(&instance.settings);
-                diagnostics.extend(instances.check_credentials(name, required));
-            }
-            ConnectorKind::Hubspot => {
-                diagnostics.extend(instances.check_settings::<HubSpotSettings>(name));
-                diagnostics.extend(
-                    instances.check_credentials(name, hookgate_connector_hubspot::CREDENTIALS),
+        }
+        (registry, diagnostics)
+    }
+
+    /// What each kind's API cannot do, for the pipeline checks.
+    pub fn rules(&self) -> BTreeMap<String, Vec<TargetRule>> {
+        self.kinds
+            .iter()
+            .map(|(kind, entry)| (kind.clone(), entry.description.rules.clone()))
+            .collect()
+    }
+
+    /// Each kind: its description, and the plugin library it comes from (`None`: in-tree).
+    pub fn kinds(&self) -> impl Iterator<Item = (&KindDescription, Option<&Path>)> {
+        self.kinds.values().map(|entry| {
+            let path = match &entry.origin {
+                Origin::InTree { .. } => None,
+                Origin::Plugin(plugin) => Some(plugin.path()),
+            };
+            (&entry.description, path)
+        })
+    }
+
+    /// Checks every instance's kind, settings and credentials, with locations. References in
+    /// settings are resolved with `resolver` where they can be (an unset one is reported on
+    /// its own and checked as an empty string).
+    pub fn check(&self, instances: &Instances, resolver: &Resolver) -> Vec<Diagnostic> {
+        let mut diagnostics = Vec::new();
+        for (name, instance) in &instances.connectors {
+            let Some(entry) = self.kinds.get(&instance.kind) else {
+                let known: Vec<&str> = self.kinds.keys().map(String::as_str).collect();
+                diagnostics.push(
+                    Diagnostic::error(
+                        Code::UnknownConnectorKind,
+                        &instances.file,
+                        instances.kind_span(name),
+                        format!("connector `{name}`: no connector provides kind `{}`", instance.kind),
+                    )
+                    .with_hint(format!(
+                        "{}; a plugin's kind needs its library in `plugins.directories` (`hookgate connectors` lists the kinds)",
+                        variant_suggestion(&instance.kind, &known)
+                    )),
                 );
+                continue;
+            };
+            let required = match &entry.origin {
+                Origin::InTree { check, credentials, .. } => {
+                    diagnostics.extend(check(instances, name));
+                    credentials(&instance.settings)
+                }
+                Origin::Plugin(_) => {
+                    let Ok(settings) = resolved_settings(&instance.settings, resolver);
+                    diagnostics.extend(check_against_schema(
+                        instances,
+                        name,
+                        &settings,
+                        &entry.description,
+                    ));
+                    entry.description.credentials.clone()
+                }
+            };
+            let required: Vec<&str> = required.iter().map(String::as_str).collect();
+            diagnostics.extend(instances.check_credentials(name, &required));
+        }
+        diagnostics
+    }
+
+    /// Builds every instance, resolving its credentials. `call_timeout` bounds each call
+    /// into a plugin.
+    pub async fn build(
+        &self,
+        instances: &Instances,
+        resolver: &Resolver,
+        call_timeout: std::time::Duration,
+    ) -> Result<Connectors> {
+        let (max_calls_in_flight, max_answer_bytes) = instances.plugin_limits;
+        let limits =
+            Limits { call_timeout, max_calls_in_flight, max_answer_bytes, ..Limits::default() };
+        let mut connectors = Connectors::new();
+        for (name, instance) in &instances.connectors {
+            let connector = self
+                .build_one(instance, resolver, limits)
+                .await
+                .with_context(|| format!("connector instance `{name}`"))?;
+            connectors.insert(name.clone(), connector);
+        }
+        Ok(connectors)
+    }
+
+    async fn build_one(
+        &self,
+        instance: &hookgate_pipeline::model::ConnectorInstance,
+        resolver: &Resolver,
+        limits: Limits,
+    ) -> Result<Arc<dyn Connector>> {
+        let mut credentials = Credentials::new();
+        for (name, reference) in &instance.credentials {
+            let value =
+                resolver.resolve(reference).with_context(|| format!("credential `{name}`"))?;
+            let text = String::from_utf8(value.expose().to_vec())
+                .with_context(|| format!("credential `{name}` is not UTF-8"))?;
+            credentials.insert(name.clone(), Secret::new(text));
+        }
+        let Some(entry) = self.kinds.get(&instance.kind) else {
+            bail!("no connector provides kind `{}`", instance.kind);
+        };
+        let settings = with_references_resolved(&instance.settings, &mut |reference| {
+            let value =
+                resolver.resolve(reference).with_context(|| format!("settings: {reference}"))?;
+            String::from_utf8(value.expose().to_vec())
+                .with_context(|| format!("settings: {reference} is not UTF-8"))
+        })?;
+        Ok(match &entry.origin {
+            Origin::InTree { create, .. } => create(&settings, &credentials).await?,
+            Origin::Plugin(plugin) => {
+                Arc::new(plugin.create(&settings, &credentials, limits).await?)
             }
-            ConnectorKind::Plugin => diagnostics.push(
-                Diagnostic::error(
-                    hookgate_pipeline::Code::ConnectorSettings,
-                    &instances.file,
-                    Span::start(),
-                    format!("connector `{name}`: kind `plugin` is not available in this build"),
-                )
-                .with_hint("the kinds available are `mock`, `salesforce` and `hubspot`"),
-            ),
+        })
+    }
+
+    /// The JSON Schema of each in-tree kind's `settings`, as committed under
+    /// `schemas/connectors/`.
+    pub fn settings_schemas(&self) -> Vec<(String, String)> {
+        self.kinds
+            .values()
+            .filter(|entry| matches!(entry.origin, Origin::InTree { .. }))
+            .map(|entry| {
+                let mut text = serde_json::to_string_pretty(&entry.description.settings_schema)
+                    .expect("schemas serialise");
+                text.push('\n');
+                (format!("{}.settings.schema.json", entry.description.kind), text)
+            })
+            .collect()
+    }
+}
+
+/// The libraries in a plugin directory, each resolved and refused if it leaves the directory
+/// or others may replace it.
+fn plugin_libraries(directory: &Path) -> Result<Vec<PathBuf>, String> {
+    let shown = directory.display();
+    let canonical =
+        directory.canonicalize().map_err(|e| format!("plugin directory {shown}: {e}"))?;
+    let entries =
+        std::fs::read_dir(&canonical).map_err(|e| format!("plugin directory {shown}: {e}"))?;
+    writable_by_others(&canonical).map_err(|why| format!("plugin directory {shown} {why}"))?;
+    let mut libraries = Vec::new();
+    for entry in entries {
+        let found = entry.map_err(|e| format!("plugin directory {shown}: {e}"))?.path();
+        // Named as the configuration names it, not by where the directory resolves.
+        let path = directory.join(found.file_name().unwrap_or_default());
+        let is_library = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| name.ends_with(std::env::consts::DLL_SUFFIX));
+        if !is_library {
+            continue;
         }
+        let resolved = found.canonicalize().map_err(|e| format!("{}: {e}", path.display()))?;
+        if resolved.parent() != Some(canonical.as_path()) {
+            return Err(format!(
+                "{} resolves to {}, outside the plugin directory {shown}",
+                path.display(),
+                resolved.display()
+            ));
+        }
+        writable_by_others(&resolved).map_err(|why| format!("{} {why}", path.display()))?;
+        libraries.push(resolved);
     }
-    diagnostics
+    libraries.sort();
+    Ok(libraries)
 }
 
-/// Builds every instance, resolving its credentials.
-pub async fn build(instances: &Instances, resolver: &Resolver) -> Result<Connectors> {
-    let mut connectors = Connectors::new();
-    for (name, instance) in &instances.connectors {
-        let connector = build_one(instance, resolver)
-            .await
-            .with_context(|| format!("connector instance `{name}`"))?;
-        connectors.insert(name.clone(), connector);
-    }
-    Ok(connectors)
-}
-
-async fn build_one(
-    instance: &ConnectorInstance,
+/// Settings with each reference replaced by its value, or by an empty string where it cannot
+/// be resolved (for checking: the unset reference is reported on its own).
+fn resolved_settings(
+    settings: &Settings,
     resolver: &Resolver,
-) -> Result<Arc<dyn Connector>> {
-    let mut credentials = Credentials::new();
-    for (name, reference) in &instance.credentials {
-        let value = resolver.resolve(reference).with_context(|| format!("credential `{name}`"))?;
-        let text = String::from_utf8(value.expose().to_vec())
-            .with_context(|| format!("credential `{name}` is not UTF-8"))?;
-        credentials.insert(name.clone(), Secret::new(text));
-    }
-    Ok(match instance.kind {
-        ConnectorKind::Mock => Arc::new(MockCrm::from_settings(&instance.settings).await?),
-        ConnectorKind::Salesforce => {
-            Arc::new(Salesforce::from_config(&instance.settings, &credentials)?)
-        }
-        ConnectorKind::Hubspot => Arc::new(HubSpot::from_config(&instance.settings, &credentials)?),
-        ConnectorKind::Plugin => bail!("kind `plugin` is not available in this build"),
+) -> Result<Settings, std::convert::Infallible> {
+    with_references_resolved(settings, &mut |reference| {
+        Ok(resolver
+            .resolve(reference)
+            .ok()
+            .and_then(|value| String::from_utf8(value.expose().to_vec()).ok())
+            .unwrap_or_default())
     })
 }
 
-/// The JSON Schema of each kind's `settings`, as committed under `schemas/connectors/`.
-pub fn settings_schemas() -> Vec<(&'static str, String)> {
-    fn render(schema: schemars::Schema) -> String {
-        let mut text = serde_json::to_string_pretty(&schema).expect("schemas serialise");
-        text.push('\n');
-        text
+/// Whether users other than the owner may write to `path`: a library they could replace is
+/// code they could run inside the gateway.
+fn writable_by_others(path: &Path) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path).map_err(|e| e.to_string())?.permissions().mode();
+        if mode & 0o022 != 0 {
+            return Err(format!("is writable by its group or others (mode {:o})", mode & 0o777));
+        }
     }
-    vec![
-        ("mock.settings.schema.json", render(schemars::schema_for!(MockSettings))),
-        ("salesforce.settings.schema.json", render(schemars::schema_for!(SalesforceSettings))),
-        ("hubspot.settings.schema.json", render(schemars::schema_for!(HubSpotSettings))),
-    ]
+    Ok(())
+}
+
+/// Checks a plugin instance's settings against the JSON Schema its plugin describes.
+fn check_against_schema(
+    instances: &Instances,
+    name: &str,
+    settings: &Settings,
+    description: &KindDescription,
+) -> Vec<Diagnostic> {
+    let kind = &description.kind;
+    let validator = match jsonschema::validator_for(&description.settings_schema) {
+        Ok(validator) => validator,
+        Err(e) => {
+            return vec![Diagnostic::error(
+                Code::Plugin,
+                &instances.file,
+                instances.kind_span(name),
+                format!("plugin `{kind}` describes a settings schema that is not valid: {e}"),
+            )];
+        }
+    };
+    let settings = serde_json::Value::Object(settings.clone().into_iter().collect());
+    validator
+        .iter_errors(&settings)
+        .map(|error| {
+            let mut pointer = error.instance_path().as_str().to_owned();
+            // An unexpected member is best shown where it is written.
+            if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
+                error.kind()
+                && let Some(first) = unexpected.first()
+            {
+                pointer = format!("{pointer}/{}", first.replace('~', "~0").replace('/', "~1"));
+            }
+            let place = std::iter::once("settings".to_owned())
+                .chain(error.instance_path().as_str().split('/').skip(1).map(str::to_owned))
+                .collect::<Vec<_>>()
+                .join(".");
+            Diagnostic::error(
+                Code::ConnectorSettings,
+                &instances.file,
+                instances.settings_span(name, &pointer),
+                format!("connector `{name}` ({kind}): {place}: {error}"),
+            )
+            .with_hint(format!("`hookgate connectors --schema {kind}` prints the settings schema"))
+        })
+        .collect()
 }
 
 /// The mock CRM behind an instance, for `hookgate crm` and the demo.
@@ -105,18 +401,19 @@ pub async fn mock(instances: &Instances, name: &str) -> Result<MockCrm> {
             names.join(", ")
         );
     };
-    if instance.kind != ConnectorKind::Mock {
-        bail!("connector instance `{name}` is a `{}`, not a mock CRM", instance.kind.as_str());
+    if instance.kind != "mock" {
+        bail!("connector instance `{name}` is a `{}`, not a mock CRM", instance.kind);
     }
+    let Ok(settings) = resolved_settings(&instance.settings, &Resolver::default());
     // Inspecting never creates the mock's database: a mistyped path is an error.
-    if let Some(path) = instance.settings.get("path").and_then(|p| p.as_str())
-        && !std::path::Path::new(path).is_file()
+    if let Some(path) = settings.get("path").and_then(|p| p.as_str())
+        && !Path::new(path).is_file()
     {
         bail!(
             "no mock CRM database at {path} (connector `{name}`): the gateway creates it; check `path`"
         );
     }
-    Ok(MockCrm::from_settings(&instance.settings).await?)
+    Ok(MockCrm::from_settings(&settings).await?)
 }
 
 /// CRM text for a terminal: escaped, bounded.
@@ -174,5 +471,50 @@ pub fn effects_text(effects: &[hookgate_connector_mock::Effect], json: bool) -> 
         );
     }
     let _ = writeln!(out, "{} effects", effects.len());
+    Ok(out)
+}
+
+/// `hookgate connectors`: a table of kinds, one JSON object per kind, or one kind's settings
+/// schema.
+pub fn kinds_text(registry: &Registry, schema: Option<&str>, json: bool) -> Result<String, String> {
+    use std::fmt::Write as _;
+    if let Some(kind) = schema {
+        let Some((description, _)) = registry.kinds().find(|(d, _)| d.kind == kind) else {
+            let known: Vec<&str> = registry.kinds().map(|(d, _)| d.kind.as_str()).collect();
+            return Err(format!("no connector kind `{kind}`: {}", suggestion(kind, &known)));
+        };
+        let mut text = serde_json::to_string_pretty(&description.settings_schema)
+            .map_err(|e| e.to_string())?;
+        text.push('\n');
+        return Ok(text);
+    }
+    let mut out = String::new();
+    for (description, path) in registry.kinds() {
+        let origin = path.map_or_else(|| "in-tree".to_owned(), |p| p.display().to_string());
+        if json {
+            let line = serde_json::json!({
+                "kind": description.kind,
+                "version": description.version,
+                "origin": origin,
+                "credentials": description.credentials,
+                "rules": description.rules,
+            });
+            out.push_str(&crate::events::json_line(&line));
+        } else {
+            let credentials = if description.credentials.is_empty() {
+                "-".to_owned()
+            } else {
+                description.credentials.join(",")
+            };
+            let _ = writeln!(
+                out,
+                "{:<12}  {:<8}  {:<24}  {}",
+                shown(&description.kind),
+                shown(&description.version),
+                shown(&credentials),
+                shown(&origin)
+            );
+        }
+    }
     Ok(out)
 }

@@ -179,6 +179,19 @@ enum Command {
         #[arg(value_parser = ["pipeline", "fixture", "instances"])]
         name: String,
     },
+    /// The connector kinds this configuration can use: in-tree ones and the plugins that
+    /// `hookgate.yaml` loads, each with its version, origin, credentials and rules.
+    Connectors {
+        /// The connector-instances file (its `plugins.directories`).
+        #[arg(long, env = "HOOKGATE_INSTANCES", default_value = "hookgate.yaml")]
+        instances: PathBuf,
+        /// Print this kind's settings JSON Schema instead.
+        #[arg(long, value_name = "KIND")]
+        schema: Option<String>,
+        /// One JSON object per kind.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the whole path on embedded defaults (SQLite, a faulty mock CRM, the shipped
     /// pipelines) and show every delivery becoming exactly one CRM effect, with evidence.
     Demo {
@@ -516,6 +529,9 @@ fn main() -> ExitCode {
         print!("{text}");
         return ExitCode::SUCCESS;
     }
+    if let Command::Connectors { instances, schema, json } = &cli.command {
+        return connectors_command(instances, schema.as_deref(), *json);
+    }
     if let Command::Explain { code } = &cli.command {
         return explain(code);
     }
@@ -582,6 +598,7 @@ async fn run(command: Command) -> Result<()> {
         | Command::Explain { .. }
         | Command::Sign { .. }
         | Command::Schema { .. }
+        | Command::Connectors { .. }
         | Command::Fixture { .. } => {
             unreachable!("handled without a runtime")
         }
@@ -781,6 +798,34 @@ fn printed(result: Result<String>) -> ExitCode {
         }
         Err(error) => {
             eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `hookgate connectors`: the registry as this configuration makes it.
+fn connectors_command(instances: &std::path::Path, schema: Option<&str>, json: bool) -> ExitCode {
+    // Without an instances file there are no plugins: the in-tree kinds are still listed.
+    let loaded = std::fs::read_to_string(instances).ok().and_then(|source| {
+        let (loaded, found) =
+            hookgate_pipeline::load_instances(&instances.display().to_string(), &source);
+        for diagnostic in found.iter().filter(|d| d.is_error()) {
+            eprintln!("{diagnostic}");
+        }
+        loaded
+    });
+    let (registry, problems) = connectors::Registry::load(loaded.as_ref());
+    for problem in &problems {
+        eprintln!("{problem}");
+    }
+    let text = connectors::kinds_text(&registry, schema, json);
+    match text {
+        Ok(text) => {
+            print!("{text}");
+            if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
             ExitCode::FAILURE
         }
     }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 /// `(path under schemas/, text)` for every schema.
 pub fn all() -> Vec<(String, String)> {
-    let settings = crate::connectors::settings_schemas();
+    let settings = crate::connectors::Registry::in_tree().settings_schemas();
     let mut out = Vec::new();
     for (name, text) in hookgate_pipeline::schemas() {
         let text =
@@ -32,7 +32,7 @@ pub fn named(name: &str) -> Option<String> {
 /// The instances schema with each kind's settings schema inlined under a condition on `kind`.
 /// Each settings schema's `$defs` move to the root, prefixed by the kind, so its references
 /// still resolve.
-fn with_settings(instances: &str, settings: &[(&'static str, String)]) -> String {
+fn with_settings(instances: &str, settings: &[(String, String)]) -> String {
     let mut root: Value = serde_json::from_str(instances).expect("a generated schema");
     let mut conditions = Vec::new();
     for (file, text) in settings {
@@ -43,9 +43,11 @@ fn with_settings(instances: &str, settings: &[(&'static str, String)]) -> String
             object.remove("$schema");
         }
         rename_refs(&mut schema, kind);
+        allow_references(&mut schema);
         if let Some(Value::Object(defs)) = defs {
             for (name, mut def) in defs {
                 rename_refs(&mut def, kind);
+                allow_references(&mut def);
                 root["$defs"][format!("{kind}.{name}")] = def;
             }
         }
@@ -59,6 +61,30 @@ fn with_settings(instances: &str, settings: &[(&'static str, String)]) -> String
     let mut text = serde_json::to_string_pretty(&root).expect("schemas serialise");
     text.push('\n');
     text
+}
+
+/// Lets every setting be a reference (`{ env: NAME }`, `{ file: PATH }`) as well as its own
+/// type, as `hookgate` reads settings.
+fn allow_references(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            for (key, inner) in object.iter_mut() {
+                if key == "properties"
+                    && let Value::Object(properties) = inner
+                {
+                    for property in properties.values_mut() {
+                        allow_references(property);
+                        let own = property.take();
+                        *property = json!({ "anyOf": [own, { "$ref": "#/$defs/SecretRef" }] });
+                    }
+                } else {
+                    allow_references(inner);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(allow_references),
+        _ => {}
+    }
 }
 
 fn rename_refs(value: &mut Value, kind: &str) {

@@ -107,7 +107,7 @@ async fn stopped(mut receiver: watch::Receiver<bool>) {
 
 /// Builds everything and starts the tasks.
 pub async fn start(options: ServeOptions) -> Result<Running> {
-    let (gateway, instances) = build_gateway(&options).await?;
+    let (gateway, instances, registry) = build_gateway(&options).await?;
     let (stop, receiver) = watch::channel(false);
     let mut tasks = Vec::new();
     let mut address = None;
@@ -139,7 +139,7 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
         }));
     }
     if let Some(config) = options.workers.clone() {
-        let connectors = connectors::build(&instances, &options.resolver).await?;
+        let connectors = registry.build(&instances, &options.resolver, config.call_timeout).await?;
         let sources = sources(&gateway, &instances, &options.resolver)?;
         let worker = Worker::new(gateway.clone(), connectors, config).with_sources(sources);
         tasks.push(tokio::spawn(worker.run(stopped(receiver.clone()))));
@@ -297,7 +297,9 @@ async fn purge_payloads(gateway: &Gateway, pipeline: &str, now: i64, payload_ret
     }
 }
 
-async fn build_gateway(options: &ServeOptions) -> Result<(Gateway, Instances)> {
+async fn build_gateway(
+    options: &ServeOptions,
+) -> Result<(Gateway, Instances, connectors::Registry)> {
     let project = check::load(&Options {
         paths: options.pipelines.clone(),
         instances: options.instances.clone(),
@@ -311,6 +313,7 @@ async fn build_gateway(options: &ServeOptions) -> Result<(Gateway, Instances)> {
         bail!("the configuration has errors; `hookgate check` reports the same");
     }
     let Some(instances) = project.instances else { bail!("no connector instances") };
+    let registry = project.registry;
     if project.pipelines.is_empty() {
         bail!("no pipelines found in {:?}", options.pipelines);
     }
@@ -354,7 +357,7 @@ async fn build_gateway(options: &ServeOptions) -> Result<(Gateway, Instances)> {
         Some(keyring) => gateway.with_keyring(keyring),
         None => gateway,
     };
-    Ok((gateway, instances))
+    Ok((gateway, instances, registry))
 }
 
 pub async fn open_store(url: &str, options: &StoreOptions) -> Result<Store> {

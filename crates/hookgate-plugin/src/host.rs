@@ -1,0 +1,429 @@
+//! The host side: loads a plugin library, checks its table and description, and runs its
+//! instances as [`Connector`]s.
+//!
+//! Libraries are never unloaded: a plugin's runtime threads and thread-local destructors may
+//! still run its code after its last instance is gone, and unloading under them would crash
+//! the process. A gateway loads each library once, at start.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hookgate_connector::{
+    Answer, BoxFuture, Connector, ConnectorError, Credentials, Description, KindDescription,
+    LookupOutcome, LookupRequest, UpsertOutcome, UpsertRequest, valid_kind_name,
+};
+use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
+
+use crate::{
+    ABI_VERSION, Buffer, CallAnswer, CallRequest, CreateRequest, ENTRY_SYMBOL, Instance, Outcome,
+    PluginTable,
+};
+
+/// Why a plugin could not be loaded or an instance built. Each names the library.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("{path}: cannot load the library: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error(
+        "{path}: no `hookgate_connector_plugin` symbol: not a hookgate connector plugin (build it with `hookgate_plugin::export_connector!` as a cdylib)"
+    )]
+    MissingSymbol { path: PathBuf },
+    #[error("{path}: the plugin returned no table")]
+    NullTable { path: PathBuf },
+    #[error(
+        "{path}: the plugin speaks connector ABI {found}, this hookgate speaks {expected}: rebuild it against hookgate-plugin {expected}"
+    )]
+    AbiMismatch { path: PathBuf, found: u32, expected: u32 },
+    #[error("{path}: the plugin's table has {found} bytes, ABI {ABI_VERSION} needs {expected}")]
+    TableTooSmall { path: PathBuf, found: u32, expected: usize },
+    #[error("{path}: describe: {message}")]
+    Describe { path: PathBuf, message: String },
+    #[error("connector plugin `{kind}` ({path}): create: {message}")]
+    Create { kind: String, path: PathBuf, message: String },
+}
+
+/// Bounds on calls into a plugin instance.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Passed to the plugin with each call; the plugin stops the call's future after it.
+    pub call_timeout: Duration,
+    /// How much longer the host waits for a plugin that does not stop in time.
+    pub grace: Duration,
+    /// Bytes of one answer read at most; a longer answer is not read.
+    pub max_answer_bytes: usize,
+    /// Calls of one instance in flight at most, counting calls the host stopped waiting for.
+    pub max_calls_in_flight: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            call_timeout: Duration::from_secs(30),
+            grace: Duration::from_secs(5),
+            max_answer_bytes: 1 << 20,
+            max_calls_in_flight: 16,
+        }
+    }
+}
+
+/// A loaded plugin library and the kind it describes.
+#[derive(Debug)]
+pub struct Plugin {
+    path: PathBuf,
+    table: &'static PluginTable,
+    description: KindDescription,
+}
+
+/// Bytes of a description or create answer read at most.
+const DESCRIBE_BYTES_MAX: usize = 1 << 20;
+
+impl Plugin {
+    /// Loads the library at `path` and asks it to describe itself.
+    ///
+    /// Loading runs the library's initialisers: callers load only from directories the
+    /// operator named.
+    pub fn load(path: &Path) -> Result<Plugin, PluginError> {
+        let path = path.to_path_buf();
+        // SAFETY: loading a library runs its initialisers, which is what loading a plugin
+        // means; the operator chose the directory it comes from.
+        let library = unsafe { libloading::Library::new(&path) }
+            .map_err(|e| PluginError::Open { path: path.clone(), message: e.to_string() })?;
+        // Never unloaded (see the module docs): the table and the functions stay valid for
+        // the life of the process.
+        let library: &'static libloading::Library = Box::leak(Box::new(library));
+        // SAFETY: the symbol's type is the ABI's entry type; a library exporting this name
+        // with another type is not a hookgate plugin, and the name is specific enough.
+        let entry = unsafe { library.get::<extern "C" fn() -> *const PluginTable>(ENTRY_SYMBOL) }
+            .map_err(|_| PluginError::MissingSymbol { path: path.clone() })?;
+        let table = entry();
+        if table.is_null() {
+            return Err(PluginError::NullTable { path });
+        }
+        // SAFETY: `abi_version` and `table_size` lead the table in every ABI version, so they
+        // can be read before the version is known.
+        let (found, size) = unsafe { ((*table).abi_version, (*table).table_size) };
+        if found != ABI_VERSION {
+            return Err(PluginError::AbiMismatch { path, found, expected: ABI_VERSION });
+        }
+        if (size as usize) < size_of::<PluginTable>() {
+            return Err(PluginError::TableTooSmall {
+                path,
+                found: size,
+                expected: size_of::<PluginTable>(),
+            });
+        }
+        // SAFETY: the version and size match this ABI's table, which the library keeps in a
+        // static for as long as it is loaded: forever.
+        let table: &'static PluginTable = unsafe { &*table };
+        let describe_failed =
+            |message: String| PluginError::Describe { path: path.clone(), message };
+        let bytes = take(table, (table.describe)(), DESCRIBE_BYTES_MAX)
+            .map_err(|len| describe_failed(format!("an answer of {len} bytes")))?;
+        let description = match serde_json::from_slice::<Outcome<KindDescription>>(&bytes) {
+            Ok(Outcome::Ok(description)) => description,
+            Ok(Outcome::Err(message)) => return Err(describe_failed(message)),
+            Err(e) => return Err(describe_failed(format!("not a kind description: {e}"))),
+        };
+        if !valid_kind_name(&description.kind) {
+            return Err(describe_failed(format!(
+                "`{}` cannot be a kind: use lowercase ASCII letters, digits, `_` and `-`",
+                description.kind
+            )));
+        }
+        if !description.settings_schema.is_object() {
+            return Err(describe_failed("the settings schema is not a JSON object".to_owned()));
+        }
+        Ok(Plugin { path, table, description })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn description(&self) -> &KindDescription {
+        &self.description
+    }
+
+    /// Builds an instance. Creation may block (a plugin may connect to its CRM), so it runs
+    /// on the blocking pool, bounded by the call timeout.
+    pub async fn create(
+        &self,
+        settings: &std::collections::BTreeMap<String, serde_json::Value>,
+        credentials: &Credentials,
+        limits: Limits,
+    ) -> Result<PluginConnector, PluginError> {
+        let failed = |message: String| PluginError::Create {
+            kind: self.description.kind.clone(),
+            path: self.path.clone(),
+            message,
+        };
+        let request = CreateRequest {
+            settings: settings.clone(),
+            credentials: credentials
+                .iter()
+                .map(|(name, secret)| (name.clone(), secret.expose().to_owned()))
+                .collect(),
+        };
+        let body = serde_json::to_vec(&request).map_err(|e| failed(e.to_string()))?;
+        let table = self.table;
+        let created = tokio::task::spawn_blocking(move || {
+            let mut instance: *mut Instance = std::ptr::null_mut();
+            let answer = (table.create)(body.as_ptr(), body.len(), &mut instance);
+            let bytes = take(table, answer, DESCRIBE_BYTES_MAX);
+            (bytes, SendPointer(instance))
+        });
+        let (bytes, instance) = tokio::time::timeout(limits.call_timeout + limits.grace, created)
+            .await
+            .map_err(|_| failed(format!("no answer within {:?}", limits.call_timeout)))?
+            .map_err(|e| failed(format!("the call failed: {e}")))?;
+        let instance = instance.0;
+        let handle = (!instance.is_null()).then(|| Handle { table, instance });
+        let bytes = bytes.map_err(|len| failed(format!("an answer of {len} bytes")))?;
+        let description = match serde_json::from_slice::<Outcome<Description>>(&bytes) {
+            Ok(Outcome::Ok(description)) => description,
+            Ok(Outcome::Err(message)) => return Err(failed(message)),
+            Err(e) => return Err(failed(format!("not an instance description: {e}"))),
+        };
+        let handle = handle.ok_or_else(|| failed("the plugin made no instance".to_owned()))?;
+        Ok(PluginConnector {
+            kind: self.description.kind.clone(),
+            handle: Arc::new(handle),
+            description,
+            limits,
+            slots: Arc::new(Semaphore::new(limits.max_calls_in_flight.max(1))),
+        })
+    }
+}
+
+/// Copies a buffer the plugin returned and gives it back to the plugin's allocator. An answer
+/// longer than `limit` is not read: `Err(its length)`.
+fn take(table: &PluginTable, buffer: Buffer, limit: usize) -> Result<Vec<u8>, usize> {
+    let copied = if buffer.len > limit {
+        Err(buffer.len)
+    } else if buffer.ptr.is_null() || buffer.len == 0 {
+        Ok(Vec::new())
+    } else {
+        // SAFETY: a plugin's buffer holds `len` initialised bytes until it is freed, below.
+        Ok(unsafe { std::slice::from_raw_parts(buffer.ptr, buffer.len) }.to_vec())
+    };
+    (table.free_buffer)(buffer);
+    copied
+}
+
+/// An instance pointer moved to the blocking pool and back.
+struct SendPointer(*mut Instance);
+
+// SAFETY: the pointer is only handed to the plugin's own functions, which accept it from any
+// thread (a plugin's connector is `Send + Sync`).
+unsafe impl Send for SendPointer {}
+
+/// A live instance; destroyed when the last call holding it ends.
+#[derive(Debug)]
+struct Handle {
+    table: &'static PluginTable,
+    instance: *mut Instance,
+}
+
+// SAFETY: a plugin's connector is `Send + Sync` (the `Kind` bound), and its exports take the
+// instance from any thread; the pointer is never dereferenced on this side.
+unsafe impl Send for Handle {}
+// SAFETY: as above; concurrent calls on one instance are what the connector trait allows.
+unsafe impl Sync for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        (self.table.destroy)(self.instance);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Export {
+    Upsert,
+    Lookup,
+    Healthcheck,
+}
+
+impl Handle {
+    fn invoke(&self, export: Export, body: &[u8], limit: usize) -> Result<Vec<u8>, usize> {
+        let function = match export {
+            Export::Upsert => self.table.upsert,
+            Export::Lookup => self.table.lookup,
+            Export::Healthcheck => self.table.healthcheck,
+        };
+        let answer = function(self.instance, body.as_ptr(), body.len());
+        take(self.table, answer, limit)
+    }
+}
+
+/// A plugin instance as a [`Connector`].
+#[derive(Debug)]
+pub struct PluginConnector {
+    kind: String,
+    handle: Arc<Handle>,
+    description: Description,
+    limits: Limits,
+    slots: Arc<Semaphore>,
+}
+
+impl PluginConnector {
+    async fn call<T: serde::Serialize, O: DeserializeOwned>(
+        &self,
+        export: Export,
+        request: &T,
+    ) -> Result<O, ConnectorError> {
+        let write = matches!(export, Export::Upsert);
+        let kind = &self.kind;
+        // What an answer that cannot be trusted means: a write may have happened (look it
+        // up); a read can simply be made again once the plugin is fixed.
+        let unusable = |message: String, answer: Answer| {
+            if write {
+                ConnectorError::Ambiguous { message, answer }
+            } else {
+                ConnectorError::Misconfigured { message, answer }
+            }
+        };
+        let timeout = self.limits.call_timeout;
+        let envelope = CallRequest {
+            request,
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let body = serde_json::to_vec(&envelope).map_err(|e| ConnectorError::Misconfigured {
+            message: format!("cannot encode the request for plugin `{kind}`: {e}"),
+            answer: Answer::default(),
+        })?;
+        // Nothing has been sent while waiting for a slot: retrying is always safe.
+        let Ok(Ok(slot)) =
+            tokio::time::timeout(timeout, Arc::clone(&self.slots).acquire_owned()).await
+        else {
+            return Err(ConnectorError::Retryable {
+                message: format!(
+                    "plugin `{kind}` has {} calls in flight that have not returned",
+                    self.limits.max_calls_in_flight
+                ),
+                retry_after: None,
+                answer: Answer::default(),
+            });
+        };
+        let handle = Arc::clone(&self.handle);
+        let limit = self.limits.max_answer_bytes;
+        let call = tokio::task::spawn_blocking(move || {
+            // The slot is held until the plugin returns, however long the host waits.
+            let _slot = slot;
+            handle.invoke(export, &body, limit)
+        });
+        let bytes = match tokio::time::timeout(timeout + self.limits.grace, call).await {
+            Err(_) if write => {
+                return Err(ConnectorError::Ambiguous {
+                    message: format!("plugin `{kind}` did not return within {timeout:?}"),
+                    answer: Answer::default(),
+                });
+            }
+            Err(_) => {
+                return Err(ConnectorError::Retryable {
+                    message: format!("plugin `{kind}` did not return within {timeout:?}"),
+                    retry_after: None,
+                    answer: Answer::default(),
+                });
+            }
+            Ok(Err(e)) => {
+                let message = format!("the call into plugin `{kind}` failed: {e}");
+                return Err(unusable(message, Answer::default()));
+            }
+            Ok(Ok(Err(len))) => {
+                let message =
+                    format!("plugin `{kind}` answered {len} bytes, more than the {limit} read");
+                return Err(unusable(message, Answer::default()));
+            }
+            Ok(Ok(Ok(bytes))) => bytes,
+        };
+        read_answer(kind, write, &bytes)
+    }
+}
+
+/// A call's answer: the plugin's result, or the class an unreadable answer stands for (a
+/// write may have happened, so it is ambiguous; a read is misconfigured, retried once the
+/// plugin is fixed).
+fn read_answer<O: DeserializeOwned>(
+    kind: &str,
+    write: bool,
+    bytes: &[u8],
+) -> Result<O, ConnectorError> {
+    match serde_json::from_slice::<CallAnswer<O>>(bytes) {
+        Ok(CallAnswer::Ok(value)) => Ok(value),
+        Ok(CallAnswer::Err(error)) => Err(error),
+        // Invalid JSON, or an outcome class this hookgate does not know.
+        Err(e) => {
+            let message = format!("plugin `{kind}` gave an answer hookgate cannot read: {e}");
+            let answer = Answer::with_excerpt(None, &String::from_utf8_lossy(bytes));
+            Err(if write {
+                ConnectorError::Ambiguous { message, answer }
+            } else {
+                ConnectorError::Misconfigured { message, answer }
+            })
+        }
+    }
+}
+
+impl Connector for PluginConnector {
+    fn describe(&self) -> Description {
+        self.description.clone()
+    }
+
+    fn upsert<'a>(
+        &'a self,
+        request: &'a UpsertRequest,
+    ) -> BoxFuture<'a, Result<UpsertOutcome, ConnectorError>> {
+        Box::pin(self.call(Export::Upsert, request))
+    }
+
+    fn lookup<'a>(
+        &'a self,
+        request: &'a LookupRequest,
+    ) -> BoxFuture<'a, Result<LookupOutcome, ConnectorError>> {
+        Box::pin(self.call(Export::Lookup, request))
+    }
+
+    fn healthcheck(&self) -> BoxFuture<'_, Result<(), ConnectorError>> {
+        Box::pin(self.call(Export::Healthcheck, &()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreadable_answers_are_classified_by_what_they_may_hide() {
+        let garbage: &[&[u8]] = &[
+            b"",
+            b"not json",
+            br#"{"err":{"Exploded":{"message":"boom"}}}"#,
+            br#"{"maybe":{"record_id":"1","created":true,"answer":{}}}"#,
+            br#"{"ok":{"record_id":1}}"#,
+        ];
+        for bytes in garbage {
+            let write = read_answer::<UpsertOutcome>("x", true, bytes).unwrap_err();
+            assert_eq!(write.class(), "ambiguous", "{}", String::from_utf8_lossy(bytes));
+            assert!(write.to_string().contains("plugin `x`"), "{write}");
+            let read = read_answer::<LookupOutcome>("x", false, bytes).unwrap_err();
+            assert_eq!(read.class(), "misconfigured", "{}", String::from_utf8_lossy(bytes));
+        }
+    }
+
+    #[test]
+    fn a_plugin_error_keeps_its_class_and_a_result_its_value() {
+        let error = ConnectorError::RateLimited {
+            message: "slow".into(),
+            retry_after: Some(Duration::from_secs(3)),
+            answer: Answer::with_excerpt(Some(429), "{}"),
+        };
+        let bytes = serde_json::to_vec(&CallAnswer::<()>::Err(error.clone())).unwrap();
+        assert_eq!(read_answer::<UpsertOutcome>("x", true, &bytes).unwrap_err(), error);
+        let outcome =
+            UpsertOutcome { record_id: "r1".into(), created: true, answer: Answer::default() };
+        let bytes = serde_json::to_vec(&CallAnswer::Ok(outcome.clone())).unwrap();
+        assert_eq!(read_answer::<UpsertOutcome>("x", true, &bytes).unwrap(), outcome);
+    }
+}
