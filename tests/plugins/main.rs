@@ -196,6 +196,33 @@ async fn a_panicking_plugin_is_classified_and_the_instance_survives() {
     assert_eq!(effects(&path).len(), 1);
 }
 
+/// An answer larger than the host reads is not read: a write is then in doubt (it did land, as
+/// the CRM's file shows), never taken for a failure that may be retried blindly.
+#[tokio::test]
+async fn an_answer_over_the_bound_is_not_read_and_a_write_stays_in_doubt() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = Plugin::load(&plugin_library()).unwrap();
+    let path = dir.path().join("crm.json");
+    let limits = Limits { max_answer_bytes: 16, ..Limits::default() };
+    let connector =
+        plugin.create(&settings(json!({"path": path})), &token(), limits).await.unwrap();
+    let error = connector.upsert(&write("ada")).await.unwrap_err();
+    assert_eq!(error.class(), "ambiguous", "{error}");
+    assert!(error.to_string().contains("more than the 16 read"), "{error}");
+    assert_eq!(effects(&path).len(), 1);
+    let lookup = LookupRequest::from(&write("ada"));
+    let error = connector.lookup(&lookup).await.unwrap_err();
+    assert_eq!(error.class(), "misconfigured", "{error}");
+}
+
+/// A library that is not a hookgate plugin is named as such.
+#[test]
+fn a_library_without_the_entry_symbol_is_refused() {
+    // The C library: loaded already, it exports everything but hookgate's entry point.
+    let error = Plugin::load(Path::new("libc.so.6")).unwrap_err().to_string();
+    assert!(error.contains("no `hookgate_connector_plugin` symbol"), "{error}");
+}
+
 /// A plugin that blocks past its timeout: the write is ambiguous (it may still land), the
 /// blocked call keeps its slot, and with every slot taken a new call is refused as retryable
 /// (nothing was sent) instead of piling up threads.

@@ -104,37 +104,17 @@ impl Plugin {
         // SAFETY: `abi_version` and `table_size` lead the table in every ABI version, so they
         // can be read before the version is known.
         let (found, size) = unsafe { ((*table).abi_version, (*table).table_size) };
-        if found != ABI_VERSION {
-            return Err(PluginError::AbiMismatch { path, found, expected: ABI_VERSION });
-        }
-        if (size as usize) < size_of::<PluginTable>() {
-            return Err(PluginError::TableTooSmall {
-                path,
-                found: size,
-                expected: size_of::<PluginTable>(),
-            });
-        }
+        check_table(&path, found, size)?;
         // SAFETY: the version and size match this ABI's table, which the library keeps in a
         // static for as long as it is loaded: forever.
         let table: &'static PluginTable = unsafe { &*table };
-        let describe_failed =
-            |message: String| PluginError::Describe { path: path.clone(), message };
-        let bytes = take(table, (table.describe)(), DESCRIBE_BYTES_MAX)
-            .map_err(|len| describe_failed(format!("an answer of {len} bytes")))?;
-        let description = match serde_json::from_slice::<Outcome<KindDescription>>(&bytes) {
-            Ok(Outcome::Ok(description)) => description,
-            Ok(Outcome::Err(message)) => return Err(describe_failed(message)),
-            Err(e) => return Err(describe_failed(format!("not a kind description: {e}"))),
-        };
-        if !valid_kind_name(&description.kind) {
-            return Err(describe_failed(format!(
-                "`{}` cannot be a kind: use lowercase ASCII letters, digits, `_` and `-`",
-                description.kind
-            )));
-        }
-        if !description.settings_schema.is_object() {
-            return Err(describe_failed("the settings schema is not a JSON object".to_owned()));
-        }
+        let bytes = take(table, (table.describe)(), DESCRIBE_BYTES_MAX).map_err(|len| {
+            PluginError::Describe {
+                path: path.clone(),
+                message: format!("an answer of {len} bytes"),
+            }
+        })?;
+        let description = read_description(&path, &bytes)?;
         Ok(Plugin { path, table, description })
     }
 
@@ -195,6 +175,42 @@ impl Plugin {
             slots: Arc::new(Semaphore::new(limits.max_calls_in_flight.max(1))),
         })
     }
+}
+
+/// Refuses a table of another ABI version, or one shorter than this version's.
+fn check_table(path: &Path, found: u32, size: u32) -> Result<(), PluginError> {
+    let path = path.to_path_buf();
+    if found != ABI_VERSION {
+        return Err(PluginError::AbiMismatch { path, found, expected: ABI_VERSION });
+    }
+    if (size as usize) < size_of::<PluginTable>() {
+        return Err(PluginError::TableTooSmall {
+            path,
+            found: size,
+            expected: size_of::<PluginTable>(),
+        });
+    }
+    Ok(())
+}
+
+/// A plugin's description, refused unless it names a valid kind and a settings schema.
+fn read_description(path: &Path, bytes: &[u8]) -> Result<KindDescription, PluginError> {
+    let failed = |message: String| PluginError::Describe { path: path.to_path_buf(), message };
+    let description = match serde_json::from_slice::<Outcome<KindDescription>>(bytes) {
+        Ok(Outcome::Ok(description)) => description,
+        Ok(Outcome::Err(message)) => return Err(failed(message)),
+        Err(e) => return Err(failed(format!("not a kind description: {e}"))),
+    };
+    if !valid_kind_name(&description.kind) {
+        return Err(failed(format!(
+            "`{}` cannot be a kind: use lowercase ASCII letters, digits, `_` and `-`",
+            description.kind
+        )));
+    }
+    if !description.settings_schema.is_object() {
+        return Err(failed("the settings schema is not a JSON object".to_owned()));
+    }
+    Ok(description)
 }
 
 /// Copies a buffer the plugin returned and gives it back to the plugin's allocator. An answer
@@ -409,6 +425,45 @@ mod tests {
             assert!(write.to_string().contains("plugin `x`"), "{write}");
             let read = read_answer::<LookupOutcome>("x", false, bytes).unwrap_err();
             assert_eq!(read.class(), "misconfigured", "{}", String::from_utf8_lossy(bytes));
+        }
+    }
+
+    #[test]
+    fn tables_of_another_abi_are_refused_before_anything_else_is_read() {
+        let path = Path::new("plugins/libx.so");
+        let size = u32::try_from(size_of::<PluginTable>()).unwrap();
+        check_table(path, ABI_VERSION, size).unwrap();
+        let newer = check_table(path, ABI_VERSION + 1, size + 8).unwrap_err().to_string();
+        assert_eq!(
+            newer,
+            "plugins/libx.so: the plugin speaks connector ABI 2, this hookgate speaks 1: rebuild it against hookgate-plugin 1"
+        );
+        let short = check_table(path, ABI_VERSION, size - 8).unwrap_err().to_string();
+        assert!(short.contains("the plugin's table has"), "{short}");
+    }
+
+    #[test]
+    fn descriptions_must_name_a_kind_and_a_settings_schema() {
+        let path = Path::new("plugins/libx.so");
+        let good =
+            br#"{"ok":{"kind":"pipedrive","version":"1.0.0","settings_schema":{"type":"object"}}}"#;
+        assert_eq!(read_description(path, good).unwrap().kind, "pipedrive");
+        for (bytes, expected) in [
+            (&b"garbage"[..], "not a kind description"),
+            (br#"{"err":"cannot start"}"#, "describe: cannot start"),
+            (
+                br#"{"ok":{"kind":"Pipe Drive","version":"1","settings_schema":{}}}"#,
+                "cannot be a kind",
+            ),
+            (
+                br#"{"ok":{"kind":"mock","version":"1","settings_schema":true}}"#,
+                "not a JSON object",
+            ),
+            (br#"{"ok":{"kind":"mock"}}"#, "missing field"),
+        ] {
+            let error = read_description(path, bytes).unwrap_err().to_string();
+            assert!(error.starts_with("plugins/libx.so: describe: "), "{error}");
+            assert!(error.contains(expected), "{expected}: {error}");
         }
     }
 

@@ -224,10 +224,15 @@ impl Registry {
             Limits { call_timeout, max_calls_in_flight, max_answer_bytes, ..Limits::default() };
         let mut connectors = Connectors::new();
         for (name, instance) in &instances.connectors {
-            let connector = self
-                .build_one(instance, resolver, limits)
-                .await
-                .with_context(|| format!("connector instance `{name}`"))?;
+            // Located like a `check` diagnostic: a failing create is an error of this instance.
+            let at = instances.kind_span(name).start;
+            let connector =
+                self.build_one(instance, resolver, limits).await.with_context(|| {
+                    format!(
+                        "{}:{}:{}: connector instance `{name}`",
+                        instances.file, at.line, at.column
+                    )
+                })?;
             connectors.insert(name.clone(), connector);
         }
         Ok(connectors)
