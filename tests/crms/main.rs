@@ -509,6 +509,13 @@ async fn the_declarative_rest_connector_writes_once_each_through_faults() {
         signed("o-2", "grace", 1),
     ];
     send_all(&server, &deliveries).await;
+    // Once the first writes are in, the token they used is revoked: the next write is refused
+    // with 401 and must fetch a new one.
+    assert!(
+        eventually(Duration::from_secs(60), || async { crm.writes().len() >= 3 }).await,
+        "{:#?}",
+        crm.writes()
+    );
     crm.expire_tokens();
     send_all(&server, &[signed("o-4", "ada", 2)]).await;
     drained(&database.store().await).await;
@@ -528,6 +535,8 @@ async fn the_declarative_rest_connector_writes_once_each_through_faults() {
         "{writes:#?}"
     );
     assert_eq!(crm.records("customers").len(), 3);
+    // The expired token was refused once and a new one fetched.
+    assert!(crm.lock().token_requests >= 2, "no new token after the expiry");
     let store = database.store().await;
     let filter = hookgate_store::EventFilter { limit: 100, ..Default::default() };
     let events = store.list_events(&filter).await.unwrap();

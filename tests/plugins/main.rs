@@ -248,9 +248,13 @@ async fn a_blocking_plugin_is_bounded_by_its_timeout_and_its_slots() {
     let error = connector.upsert(&write("slow")).await.unwrap_err();
     assert_eq!(error.class(), "ambiguous", "{error}");
     assert!(error.to_string().contains("did not return"), "{error}");
+    // The blocked write may still land: a lookup of its record cannot be trusted yet.
+    let doubt = connector.lookup(&LookupRequest::from(&write("slow"))).await.unwrap_err();
+    assert_eq!(doubt.class(), "retryable", "{doubt}");
+    assert!(doubt.to_string().contains("has not returned yet"), "{doubt}");
     let busy = connector.upsert(&write("other")).await.unwrap_err();
     assert_eq!(busy.class(), "retryable", "{busy}");
-    assert!(busy.to_string().contains("calls in flight"), "{busy}");
+    assert!(busy.to_string().contains("call slots are held"), "{busy}");
     // Once the blocked call returns, its write lands and the slot is free again.
     assert!(
         eventually(Duration::from_secs(10), || async { effects(&path).len() == 1 }).await,
@@ -258,6 +262,11 @@ async fn a_blocking_plugin_is_bounded_by_its_timeout_and_its_slots() {
     );
     let fine = connector.upsert(&write("other")).await.unwrap();
     assert!(fine.created);
+    let LookupOutcome::Found { .. } =
+        connector.lookup(&LookupRequest::from(&write("slow"))).await.unwrap()
+    else {
+        panic!("the write that was in doubt landed")
+    };
 }
 
 /// The whole path through an unmodified `hookgate serve`: `check` and `connectors` see the

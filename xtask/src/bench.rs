@@ -3,10 +3,19 @@
 //!
 //! - **verify**: GitHub-signed bodies verified per second, against plain SHA-256 of the same
 //!   bytes (the cheapest thing that reads every byte).
-//! - **intake**: deliveries accepted per second through a release `hookgate serve` (verify,
-//!   identify, one committed transaction, answer), on SQLite and on PostgreSQL, against the
-//!   same server answering the same requests on an unknown pipeline (HTTP and routing only).
-//! - **memory**: the server's peak resident set after the run.
+//! - **intake, PostgreSQL**: deliveries accepted per second through a release `hookgate serve`
+//!   (verify, identify, commit, answer) at 1, 8 and 32 clients, closed loop, with p50/p99,
+//!   against **pgbench running hookgate's own intake SQL** (the three statements a new event
+//!   costs: the inbox insert `ON CONFLICT DO NOTHING`, its outbox item, its delivery evidence,
+//!   bodies of the same size, prepared, one transaction per delivery) at the same client
+//!   count. At 32 clients also with group commit off (`--intake-batch-max 1`), the average
+//!   batch (from `/metrics`) and deliveries per WAL sync (`pg_stat_wal`); and open loop at
+//!   0.8× the measured peak, p99 against pgbench's at the same rate (`-R`), latency counted
+//!   from each request's scheduled time.
+//! - **intake, SQLite**: at 1 and 16 clients, group commit on against off.
+//! - **memory**: each server's peak resident set.
+//!
+//! Besides the table on stdout, every figure goes to `target/bench/bench.json`.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -56,17 +65,33 @@ pub fn run(root: &Path, deliveries: usize, concurrency: usize) -> Result<()> {
     }
     let binary = root.join("target/release/hookgate");
     let runtime = tokio::runtime::Runtime::new()?;
+    let mut report = Report::default();
     runtime.block_on(async {
         hookgate_connector_http::install_crypto_provider();
         let dir = tempfile::tempdir()?;
-        let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
-        intake_bench(&binary, dir.path(), "sqlite", &sqlite, deliveries, concurrency).await?;
         let postgres = hookgate_store::testing::fresh_postgres_database().await;
-        let result =
-            intake_bench(&binary, dir.path(), "postgres", &postgres, deliveries, concurrency).await;
+        let result = postgres_bench(&binary, dir.path(), &postgres, deliveries, &mut report).await;
         hookgate_store::testing::drop_postgres_database(&postgres).await;
-        result
-    })
+        result?;
+        sqlite_bench(&binary, dir.path(), deliveries, concurrency, &mut report).await
+    })?;
+    let out = root.join("target/bench");
+    std::fs::create_dir_all(&out)?;
+    std::fs::write(out.join("bench.json"), serde_json::to_string_pretty(&report.rows)? + "\n")?;
+    println!("\nwrote {}", out.join("bench.json").display());
+    Ok(())
+}
+
+/// Every figure of a run, for `target/bench/bench.json`.
+#[derive(Debug, Default)]
+struct Report {
+    rows: Vec<serde_json::Value>,
+}
+
+impl Report {
+    fn add(&mut self, row: serde_json::Value) {
+        self.rows.push(row);
+    }
 }
 
 fn verify_bench() {
@@ -114,7 +139,7 @@ impl Drop for Server {
     }
 }
 
-fn start(binary: &Path, dir: &Path, database_url: &str) -> Result<Server> {
+fn start(binary: &Path, dir: &Path, database_url: &str, extra: &[&str]) -> Result<Server> {
     let instances = dir.join("hookgate.yaml");
     std::fs::write(
         &instances,
@@ -140,6 +165,7 @@ fn start(binary: &Path, dir: &Path, database_url: &str) -> Result<Server> {
             "--instances",
         ])
         .arg(&instances)
+        .args(extra)
         .arg(&pipeline)
         .env("BENCH_SECRET", SECRET)
         .env("RUST_LOG", "error")
@@ -222,33 +248,285 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-async fn intake_bench(
-    binary: &Path,
+/// Warms a server up on keys the measured runs do not use: every measured delivery is a new
+/// event, so each is a committed insert.
+const WARM_UP: usize = 100;
+
+/// Average deliveries per intake transaction so far, from the server's `/metrics`.
+async fn average_batch(base: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{base}/metrics")).await.ok()?.text().await.ok()?;
+    let value = |name: &str| {
+        text.lines()
+            .find(|line| line.starts_with(name))
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    Some(value("hookgate_intake_batch_size_sum")? / value("hookgate_intake_batch_size_count")?)
+}
+
+/// WAL syncs so far, from `pg_stat_wal` (PostgreSQL 14 and later).
+async fn wal_syncs(url: &str) -> Result<i64> {
+    use sqlx::Connection as _;
+    let mut connection = sqlx::PgConnection::connect(url).await?;
+    // The statistics of other backends reach the view when they flush them: within a second.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let syncs: i64 =
+        sqlx::query_scalar("SELECT wal_sync FROM pg_stat_wal").fetch_one(&mut connection).await?;
+    Ok(syncs)
+}
+
+/// pgbench's result: transactions per second and per-transaction latencies.
+struct Pgbench {
+    rate: f64,
+    latencies: Vec<Duration>,
+}
+
+/// pgbench running hookgate's intake SQL for a new event with `clients` clients for
+/// `seconds`, or throttled to `rate` transactions per second.
+fn pgbench(
+    url: &str,
     dir: &Path,
+    clients: usize,
+    seconds: u64,
+    rate: Option<f64>,
+) -> Result<Pgbench> {
+    let body: Vec<u8> = (0..BODY_BYTES).map(|i| b'a' + (i % 26) as u8).collect();
+    let body_hex = Encoding::Hex.encode(&body);
+    let script = dir.join("intake.sql");
+    // The statements `Store::record_intake` runs for a new event, with values of the same
+    // sizes; `k` is random over a range wide enough that keys do not repeat.
+    std::fs::write(
+        &script,
+        format!(
+            "\\set k random(1, 1000000000000)\n\
+             BEGIN;\n\
+             INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) VALUES ('pgbench', '', 'key-:client_id-:k', 'fingerprint-0123456789abcdef0123456789abcdef', NULL, 1, '{{}}', '\\x{body_hex}'::bytea, 'accepted', 1, 1, NULL) ON CONFLICT (pipeline, scope, event_key) DO NOTHING RETURNING id \\gset\n\
+             INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, next_attempt_at_ms, created_at_ms, version_text) VALUES (:id, 'pgbench', 't', 0, 'key-:client_id-:k', NULL, 'pending', 1, 1, NULL);\n\
+             INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, fingerprint, headers, body, sealed_with) SELECT 'pgbench', :id, 'accepted', 1, '', 'key-:client_id-:k', 'f', '{{}}', NULL, NULL WHERE 'accepted' = 'accepted' OR (SELECT COUNT(*) FROM deliveries WHERE event_id = :id AND outcome = 'accepted') < 3;\n\
+             END;\n"
+        ),
+    )?;
+    let logs = dir.join(format!("pgbench-{clients}-{}", rate.map_or(0, |r| r as u64)));
+    std::fs::create_dir_all(&logs)?;
+    let mut command = Command::new("pgbench");
+    command
+        .args(["-n", "-M", "prepared", "--log", "--log-prefix"])
+        .arg(logs.join("tx"))
+        .args(["-c", &clients.to_string(), "-j", &clients.min(2).to_string()])
+        .args(["-T", &seconds.to_string(), "-f"])
+        .arg(&script);
+    if let Some(rate) = rate {
+        command.args(["-R", &format!("{rate:.0}")]);
+    }
+    let output = command.arg(url).output().context("pgbench (Debian's postgresql-client)")?;
+    if !output.status.success() {
+        bail!("pgbench failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let mut latencies = Vec::new();
+    for entry in std::fs::read_dir(&logs)? {
+        for line in std::fs::read_to_string(entry?.path())?.lines() {
+            // client transaction time_us script epoch epoch_us [schedule_lag_us]
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let time: u64 = fields.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
+            let lag: u64 = fields.get(6).and_then(|v| v.parse().ok()).unwrap_or(0);
+            latencies.push(Duration::from_micros(time + lag));
+        }
+    }
+    latencies.sort();
+    let rate = latencies.len() as f64 / seconds as f64;
+    Ok(Pgbench { rate, latencies })
+}
+
+/// Sends signed deliveries at `rate` per second for `seconds`, whatever the answers' pace
+/// (open loop); latencies count from each request's scheduled time, so a stall is not hidden.
+async fn fire_open(base: &str, first_key: usize, rate: f64, seconds: u64) -> Result<Vec<Duration>> {
+    let client = reqwest::Client::new();
+    let body: Arc<Vec<u8>> = Arc::new((0..BODY_BYTES).map(|i| b'a' + (i % 26) as u8).collect());
+    let signature = Arc::new(format!(
+        "sha256={}",
+        Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]))
+    ));
+    let count = (rate * seconds as f64) as usize;
+    let started = tokio::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let scheduled = started + Duration::from_secs_f64(i as f64 / rate);
+        tokio::time::sleep_until(scheduled).await;
+        let (client, body, signature) = (client.clone(), Arc::clone(&body), Arc::clone(&signature));
+        let url = format!("{base}/hooks/bench");
+        tasks.spawn(async move {
+            let response = client
+                .post(&url)
+                .header("X-Id", format!("delivery-{}", first_key + i))
+                .header("X-Hub-Signature-256", signature.as_str())
+                .body(body.as_ref().clone())
+                .send()
+                .await?;
+            if response.status().as_u16() != 202 {
+                bail!("expected 202, got {}", response.status());
+            }
+            Ok::<_, anyhow::Error>(scheduled.elapsed())
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        latencies.push(joined??);
+    }
+    latencies.sort();
+    Ok(latencies)
+}
+
+// One printed line and one JSON row: the arguments are the row's columns.
+#[allow(clippy::too_many_arguments)]
+fn row(
+    report: &mut Report,
+    name: &str,
     backend: &str,
-    database_url: &str,
-    deliveries: usize,
-    concurrency: usize,
-) -> Result<()> {
-    let server = start(binary, dir, database_url)?;
-    // Warm up connections and the database file, on keys the measured run does not use: every
-    // measured delivery is a new event, so each is a committed insert.
-    const WARM_UP: usize = 100;
-    fire(&server.base, "/hooks/bench", 0, WARM_UP, concurrency, 202).await?;
-    let (baseline, _) = fire(&server.base, "/hooks/none", 0, deliveries, concurrency, 404).await?;
-    let (rate, latencies) =
-        fire(&server.base, "/hooks/bench", WARM_UP, deliveries, concurrency, 202).await?;
+    clients: usize,
+    rate: f64,
+    latencies: &[Duration],
+    baseline_name: &str,
+    baseline: f64,
+) {
+    let (p50, p99) = (percentile(latencies, 0.5), percentile(latencies, 0.99));
     println!(
-        "intake    {rate:>10.0} deliveries/s ({backend}, p50 {:.1} ms, p99 {:.1} ms)   baseline 404 path {baseline:>8.0}/s   ratio {:.2}",
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
+        "{name:<28} {backend:<8} {clients:>3} clients {rate:>8.0}/s  p50 {p50:>6.1} ms  p99 {p99:>6.1} ms   {baseline_name:<22} {baseline:>8.0}/s   ratio {:.2}",
         rate / baseline
     );
-    if let Some(rss) = peak_rss_mib(server.child.id()) {
-        println!(
-            "memory    {rss:>10.1} MiB peak resident ({backend} server, after {} requests)",
-            deliveries * 2 + WARM_UP
+    report.add(serde_json::json!({
+        "measure": name, "backend": backend, "clients": clients, "per_second": rate,
+        "p50_ms": p50, "p99_ms": p99, "baseline": baseline_name, "baseline_per_second": baseline,
+        "ratio": rate / baseline,
+    }));
+}
+
+async fn postgres_bench(
+    binary: &Path,
+    dir: &Path,
+    url: &str,
+    deliveries: usize,
+    report: &mut Report,
+) -> Result<()> {
+    println!("intake on PostgreSQL, closed loop, {BODY_BYTES}-byte bodies:");
+    let batched = start(binary, dir, url, &["--db-max-connections", "16"])?;
+    let unbatched =
+        start(binary, dir, url, &["--db-max-connections", "16", "--intake-batch-max", "1"])?;
+    fire(&batched.base, "/hooks/bench", 0, WARM_UP, 8, 202).await?;
+    fire(&unbatched.base, "/hooks/bench", WARM_UP, WARM_UP, 8, 202).await?;
+    let mut next_key = 2 * WARM_UP;
+    let mut peak = 0.0;
+    for clients in [1, 8, 32] {
+        let count = if clients == 1 { deliveries / 3 } else { deliveries };
+        let before = wal_syncs(url).await?;
+        let (rate, latencies) =
+            fire(&batched.base, "/hooks/bench", next_key, count, clients, 202).await?;
+        let syncs = wal_syncs(url).await? - before;
+        next_key += count;
+        let baseline = pgbench(url, dir, clients, 8, None)?;
+        row(
+            report,
+            "intake (group commit)",
+            "postgres",
+            clients,
+            rate,
+            &latencies,
+            "pgbench, hookgate SQL",
+            baseline.rate,
         );
+        row(
+            report,
+            "  pgbench: hookgate SQL",
+            "postgres",
+            clients,
+            baseline.rate,
+            &baseline.latencies,
+            "(itself)",
+            baseline.rate,
+        );
+        if syncs > 0 {
+            println!("    {:.1} deliveries per WAL sync", count as f64 / syncs as f64);
+            report.add(serde_json::json!({"measure": "deliveries per WAL sync", "backend": "postgres", "clients": clients, "value": count as f64 / syncs as f64}));
+        }
+        if clients == 32 {
+            peak = rate;
+            let (single, latencies) =
+                fire(&unbatched.base, "/hooks/bench", next_key, count, clients, 202).await?;
+            next_key += count;
+            row(
+                report,
+                "intake (one per commit)",
+                "postgres",
+                clients,
+                single,
+                &latencies,
+                "pgbench, hookgate SQL",
+                baseline.rate,
+            );
+        }
+    }
+    if let Some(batch) = average_batch(&batched.base).await {
+        println!("    average intake batch {batch:.1} deliveries");
+        report.add(serde_json::json!({"measure": "average intake batch", "backend": "postgres", "value": batch}));
+    }
+    let rate = (peak * 0.8).max(1.0);
+    let latencies = fire_open(&batched.base, next_key, rate, 6).await?;
+    let baseline = pgbench(url, dir, 32, 6, Some(rate))?;
+    let (p99, base_p99) = (percentile(&latencies, 0.99), percentile(&baseline.latencies, 0.99));
+    println!(
+        "open loop at 0.8x peak ({rate:.0}/s)        p99 {p99:.1} ms   pgbench -R at the same rate: p99 {base_p99:.1} ms   ratio {:.2}",
+        p99 / base_p99
+    );
+    report.add(serde_json::json!({"measure": "open-loop p99 at 0.8x peak", "backend": "postgres", "per_second": rate, "p99_ms": p99, "baseline": "pgbench -R", "baseline_p99_ms": base_p99, "ratio": p99 / base_p99}));
+    memory(report, &batched, "postgres");
+    Ok(())
+}
+
+async fn sqlite_bench(
+    binary: &Path,
+    dir: &Path,
+    deliveries: usize,
+    concurrency: usize,
+    report: &mut Report,
+) -> Result<()> {
+    println!("\nintake on SQLite (WAL, synchronous=FULL), closed loop:");
+    for (name, extra) in
+        [("group commit", &[][..]), ("one per commit", &["--intake-batch-max", "1"][..])]
+    {
+        let url = format!("sqlite://{}", dir.join(format!("bench-{}.db", extra.len())).display());
+        let server = start(binary, dir, &url, extra)?;
+        fire(&server.base, "/hooks/bench", 0, WARM_UP, 8, 202).await?;
+        let (baseline, _) =
+            fire(&server.base, "/hooks/none", 0, deliveries, concurrency, 404).await?;
+        let mut next_key = WARM_UP;
+        for clients in [1, concurrency] {
+            let count = if clients == 1 { deliveries / 3 } else { deliveries };
+            let (rate, latencies) =
+                fire(&server.base, "/hooks/bench", next_key, count, clients, 202).await?;
+            next_key += count;
+            row(
+                report,
+                &format!("intake ({name})"),
+                "sqlite",
+                clients,
+                rate,
+                &latencies,
+                "404 path (HTTP only)",
+                baseline,
+            );
+        }
+        if let Some(batch) = average_batch(&server.base).await {
+            println!("    average intake batch {batch:.1} deliveries");
+            report.add(serde_json::json!({"measure": format!("average intake batch ({name})"), "backend": "sqlite", "value": batch}));
+        }
+        memory(report, &server, "sqlite");
     }
     Ok(())
+}
+
+fn memory(report: &mut Report, server: &Server, backend: &str) {
+    if let Some(rss) = peak_rss_mib(server.child.id()) {
+        println!("memory    {rss:>10.1} MiB peak resident ({backend} server)");
+        report
+            .add(serde_json::json!({"measure": "peak RSS MiB", "backend": backend, "value": rss}));
+    }
 }

@@ -50,8 +50,13 @@ pub(crate) fn environment() -> Environment<'static> {
     });
     env.set_formatter(|out, state, value| match state.auto_escape() {
         AutoEscape::Custom(name) if name == URL_ESCAPE => {
-            let text =
-                if value.is_safe() { value.to_string() } else { encode_segment(&plain(value)) };
+            // Only what `urlencode` made is printed as it is. Anything else is encoded, even a
+            // value marked safe (`| safe`, `| tojson`): a payload value must never add a `?`,
+            // `&` or `/` to the URL.
+            let text = match value.downcast_object_ref::<Encoded>() {
+                Some(encoded) => encoded.0.clone(),
+                None => encode_segment(&plain(value)),
+            };
             // An empty value would leave an empty segment, or turn a record's URL into its
             // collection's (`/contacts/`): almost surely a missing external id.
             if text.is_empty() {
@@ -87,9 +92,19 @@ pub(crate) fn environment() -> Environment<'static> {
         } else {
             encode_segment(&plain(&value))
         };
-        Value::from_safe_string(encoded)
+        Value::from_object(Encoded(encoded))
     });
     env
+}
+
+/// Text `urlencode` made: already encoded, so the URL formatter prints it as it is.
+#[derive(Debug)]
+struct Encoded(String);
+
+impl minijinja::value::Object for Encoded {
+    fn render(self: &std::sync::Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// A value as text in a URL: JSON's spelling for booleans, nothing for none.
@@ -182,7 +197,8 @@ pub(crate) fn describe(error: &minijinja::Error) -> String {
 
 /// Checks a rendered path (and query): it starts with one `/`, and no segment is `.` or `..`,
 /// empty (but the last), or holds `/` or `\` once decoded. This holds whatever a template
-/// printed, `| safe` included.
+/// printed; values themselves are encoded whole (only `urlencode`'s output is not encoded
+/// again), so a value cannot add a `?` or a segment.
 pub(crate) fn check_rendered_path(rendered: &str) -> Result<(), String> {
     if rendered.len() > URL_BYTES_MAX {
         return Err(format!("the rendered URL is longer than {URL_BYTES_MAX} bytes"));

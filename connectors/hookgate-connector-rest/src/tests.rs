@@ -266,7 +266,8 @@ async fn a_value_cannot_leave_the_path_the_settings_describe() {
         let error = crm.lookup(&(&contact(value, "")).into()).await.unwrap_err();
         assert_eq!(error.class(), "rejected", "{value:?}: {error}");
     }
-    // `| safe` turns encoding off; the rendered path is still checked.
+    // `| safe` does not turn encoding off in a URL (only `urlencode`'s output is printed as
+    // it is), and the rendered path is checked as well.
     let unsafe_url = rest(&fake, |s| {
         s["upsert"]["url"] = json!("/objects/{{ object }}/by/email/{{ external_id_value | safe }}");
     });
@@ -281,6 +282,10 @@ async fn a_value_cannot_leave_the_path_the_settings_describe() {
     }
     let values: Vec<String> = fake.writes().into_iter().map(|w| w.value).collect();
     assert_eq!(values, ["%2e%2e", "ada lovelace+1@example.com", "..a", "a?b=c#d"]);
+    // A value marked safe cannot add a query either: it is one segment, whole.
+    unsafe_url.upsert(&contact("q?mode=update&x=1", "A")).await.unwrap();
+    assert_eq!(fake.writes().last().unwrap().value, "q?mode=update&x=1");
+    assert!(fake.requests().iter().all(|r| !r.uri.contains("?mode=")), "{:#?}", fake.requests());
 }
 
 #[tokio::test]

@@ -29,10 +29,12 @@ use hookgate_verify::{Clock, Rejection, Request, Verifier};
 
 use crate::seal::{Keyring, Part};
 
+mod commit;
 mod keys;
 pub mod seal;
 mod worker;
 
+pub use commit::{GroupCommit, GroupCommitConfig};
 pub use keys::{
     FETCHED_KEY_TTL, FETCHED_KEYS_MAX, FetchError, FetchedKeys, KeyFetcher, KeyProblem,
 };
@@ -182,12 +184,21 @@ pub struct Gateway {
     store: Store,
     /// Seals payloads at intake and opens them for the worker; `None`: plaintext.
     keyring: Option<Arc<Keyring>>,
+    /// Shares commits between concurrent deliveries; `None`: one transaction each.
+    group_commit: Option<GroupCommit>,
 }
 
 impl Gateway {
     pub fn new(store: Store, pipelines: Vec<ServedPipeline>) -> Gateway {
         let pipelines = pipelines.into_iter().map(|p| (p.compiled.name.clone(), p)).collect();
-        Gateway { pipelines: Arc::new(pipelines), store, keyring: None }
+        Gateway { pipelines: Arc::new(pipelines), store, keyring: None, group_commit: None }
+    }
+
+    /// Records deliveries through group commit (see `commit`); starts its committers on the
+    /// current runtime.
+    pub fn with_group_commit(mut self, config: GroupCommitConfig) -> Gateway {
+        self.group_commit = Some(GroupCommit::start(self.store.clone(), config));
+        self
     }
 
     /// Seals every payload stored from now on under `keyring`'s current key.
@@ -376,7 +387,11 @@ impl Gateway {
             sealed_with: stored.sealed_with,
             outbox,
         };
-        match self.store.record_intake(&new).await {
+        let recorded = match &self.group_commit {
+            Some(group) => group.record(commit::Queued::from_new(&new)).await,
+            None => self.store.record_intake(&new).await,
+        };
+        match recorded {
             Ok(IntakeRecord::Accepted { event_id }) => {
                 tracing::info!(pipeline = incoming.pipeline, event_id, key = %identity.key, "event accepted");
                 IntakeOutcome::Accepted { event_id }

@@ -767,12 +767,15 @@ impl Attempt<'_> {
 }
 
 /// Whether a failed write may have been applied: an ambiguous answer, or a server error that
-/// can come after the CRM committed (500, or a gateway that gave up waiting: 502, 504). Only a
-/// 503 (not processed) and answers before the CRM looked at the write prove it did not happen.
+/// can come after the CRM committed (500, a gateway that gave up waiting: 502, 504, or a
+/// proxy's own codes such as Cloudflare's 524). Only a 503 (not processed) and answers before
+/// the CRM looked at the write prove it did not happen.
 fn written_perhaps(error: &ConnectorError) -> bool {
     match error {
         ConnectorError::Ambiguous { .. } => true,
-        ConnectorError::Retryable { answer, .. } => matches!(answer.status, Some(500 | 502 | 504)),
+        ConnectorError::Retryable { answer, .. } => {
+            answer.status.is_some_and(|status| (500..=599).contains(&status) && status != 503)
+        }
         _ => false,
     }
 }

@@ -245,7 +245,13 @@ impl Instances {
 pub fn setting_reference(value: &serde_json::Value) -> Option<SecretRef> {
     let object = value.as_object().filter(|object| object.len() == 1)?;
     let (key, value) = object.iter().next()?;
-    let text = value.as_str()?.to_owned();
+    // `{ env: 123 }` names the variable `123`, as the YAML that wrote it reads.
+    let text = match value {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Number(number) => number.to_string(),
+        serde_json::Value::Bool(flag) => flag.to_string(),
+        _ => return None,
+    };
     match key.as_str() {
         "env" => Some(SecretRef::Env(text)),
         "file" => Some(SecretRef::File(text)),

@@ -36,6 +36,7 @@ pub const fn table<K: Kind>() -> PluginTable {
     PluginTable {
         abi_version: ABI_VERSION,
         table_size: size_of::<PluginTable>() as u32,
+        unwinds: cfg!(panic = "unwind") as u32,
         describe: describe::<K>,
         create: create::<K>,
         upsert: upsert::<K>,
@@ -86,23 +87,26 @@ unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(ptr, len) }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
+/// The panic's message. The payload is forgotten, not dropped: its `Drop` could panic again,
+/// outside any `catch_unwind`.
+fn panic_message(payload: Box<dyn Any + Send>) -> String {
+    let message = if let Some(text) = payload.downcast_ref::<&str>() {
         (*text).to_owned()
     } else if let Some(text) = payload.downcast_ref::<String>() {
         text.clone()
     } else {
         "a panic without a message".to_owned()
-    }
+    };
+    std::mem::forget(payload);
+    message
 }
 
 extern "C" fn describe<K: Kind>() -> Buffer {
     match catch_unwind(describe_kind::<K>) {
         Ok(description) => json(&Outcome::Ok(description)),
-        Err(panic) => json(&Outcome::<()>::Err(format!(
-            "describe panicked: {}",
-            panic_message(panic.as_ref())
-        ))),
+        Err(panic) => {
+            json(&Outcome::<()>::Err(format!("describe panicked: {}", panic_message(panic))))
+        }
     }
 }
 
@@ -141,7 +145,7 @@ extern "C" fn create<K: Kind>(
         }
         Ok(Err(message)) => json(&Outcome::<()>::Err(message)),
         Err(panic) => {
-            json(&Outcome::<()>::Err(format!("create panicked: {}", panic_message(panic.as_ref()))))
+            json(&Outcome::<()>::Err(format!("create panicked: {}", panic_message(panic))))
         }
     }
 }
@@ -179,7 +183,7 @@ fn answer<T: Serialize>(
     match result {
         Ok(Ok(value)) => json(&CallAnswer::Ok(value)),
         Ok(Err(error)) => json(&CallAnswer::<()>::Err(error)),
-        Err(panic) => json(&CallAnswer::<()>::Err(on_panic(panic_message(panic.as_ref())))),
+        Err(panic) => json(&CallAnswer::<()>::Err(on_panic(panic_message(panic)))),
     }
 }
 

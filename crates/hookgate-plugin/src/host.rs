@@ -38,6 +38,10 @@ pub enum PluginError {
     AbiMismatch { path: PathBuf, found: u32, expected: u32 },
     #[error("{path}: the plugin's table has {found} bytes, ABI {ABI_VERSION} needs {expected}")]
     TableTooSmall { path: PathBuf, found: u32, expected: usize },
+    #[error(
+        "{path}: the plugin was built with `panic = \"abort\"`: its first panic would stop the gateway; build it with `panic = \"unwind\"` (the default)"
+    )]
+    AbortsOnPanic { path: PathBuf },
     #[error("{path}: describe: {message}")]
     Describe { path: PathBuf, message: String },
     #[error("connector plugin `{kind}` ({path}): create: {message}")]
@@ -108,6 +112,9 @@ impl Plugin {
         // SAFETY: the version and size match this ABI's table, which the library keeps in a
         // static for as long as it is loaded: forever.
         let table: &'static PluginTable = unsafe { &*table };
+        if table.unwinds != 1 {
+            return Err(PluginError::AbortsOnPanic { path });
+        }
         let bytes = take(table, (table.describe)(), DESCRIBE_BYTES_MAX).map_err(|len| {
             PluginError::Describe {
                 path: path.clone(),
@@ -173,6 +180,7 @@ impl Plugin {
             description,
             limits,
             slots: Arc::new(Semaphore::new(limits.max_calls_in_flight.max(1))),
+            writes: Writes::default(),
         })
     }
 }
@@ -273,6 +281,77 @@ impl Handle {
     }
 }
 
+/// Plugin calls of the whole process in flight at most: they run on the blocking pool, which
+/// the rest of the gateway shares (tokio's default is 512 threads).
+pub const PROCESS_CALLS_MAX: usize = 128;
+
+fn process_slots() -> &'static Arc<Semaphore> {
+    static SLOTS: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
+    SLOTS.get_or_init(|| Arc::new(Semaphore::new(PROCESS_CALLS_MAX)))
+}
+
+/// The CRM record a request is about, if any.
+trait Record {
+    fn record(&self) -> Option<String>;
+}
+
+fn record_key(object: &str, field: &str, value: &str) -> String {
+    format!("{object}\u{0}{field}\u{0}{value}")
+}
+
+impl Record for UpsertRequest {
+    fn record(&self) -> Option<String> {
+        Some(record_key(&self.object, &self.external_id_field, &self.external_id_value))
+    }
+}
+
+impl Record for LookupRequest {
+    fn record(&self) -> Option<String> {
+        Some(record_key(&self.object, &self.external_id_field, &self.external_id_value))
+    }
+}
+
+impl Record for () {
+    fn record(&self) -> Option<String> {
+        None
+    }
+}
+
+fn record_of<T: Record>(export: Export, request: &T) -> Option<String> {
+    match export {
+        Export::Upsert | Export::Lookup => request.record(),
+        Export::Healthcheck => None,
+    }
+}
+
+/// Writes inside the plugin, by record, counted until the plugin returns.
+type Writes = Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>;
+
+/// One write inside the plugin; leaves the count when dropped (when the plugin returned).
+struct InFlight {
+    writes: Writes,
+    record: String,
+}
+
+impl InFlight {
+    fn enter(writes: &Writes, record: String) -> InFlight {
+        *writes.lock().unwrap_or_else(|p| p.into_inner()).entry(record.clone()).or_insert(0) += 1;
+        InFlight { writes: Arc::clone(writes), record }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = writes.get_mut(&self.record) {
+            *count -= 1;
+            if *count == 0 {
+                writes.remove(&self.record);
+            }
+        }
+    }
+}
+
 /// A plugin instance as a [`Connector`].
 #[derive(Debug)]
 pub struct PluginConnector {
@@ -281,10 +360,11 @@ pub struct PluginConnector {
     description: Description,
     limits: Limits,
     slots: Arc<Semaphore>,
+    writes: Writes,
 }
 
 impl PluginConnector {
-    async fn call<T: serde::Serialize, O: DeserializeOwned>(
+    async fn call<T: serde::Serialize + Record, O: DeserializeOwned>(
         &self,
         export: Export,
         request: &T,
@@ -309,24 +389,47 @@ impl PluginConnector {
             message: format!("cannot encode the request for plugin `{kind}`: {e}"),
             answer: Answer::default(),
         })?;
-        // Nothing has been sent while waiting for a slot: retrying is always safe.
-        let Ok(Ok(slot)) =
-            tokio::time::timeout(timeout, Arc::clone(&self.slots).acquire_owned()).await
-        else {
+        // A write of this record the host stopped waiting for may still land: until it
+        // returns, neither a lookup nor another write of the record can be trusted, and the
+        // engine keeps the write in doubt.
+        let record = record_of(export, request);
+        if let Some(record) = &record
+            && self.writes.lock().unwrap_or_else(|p| p.into_inner()).contains_key(record)
+        {
             return Err(ConnectorError::Retryable {
                 message: format!(
-                    "plugin `{kind}` has {} calls in flight that have not returned",
-                    self.limits.max_calls_in_flight
+                    "an earlier write of this record into plugin `{kind}` has not returned yet"
                 ),
                 retry_after: None,
                 answer: Answer::default(),
             });
+        }
+        // No slot: nothing is sent, so retrying later is always safe; never wait for one.
+        let busy = |what: &str| ConnectorError::Retryable {
+            message: format!("plugin `{kind}`: {what}"),
+            retry_after: None,
+            answer: Answer::default(),
+        };
+        let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
+            return Err(busy(&format!(
+                "all {} call slots are held by calls that have not returned",
+                self.limits.max_calls_in_flight
+            )));
+        };
+        let Ok(process_slot) = Arc::clone(process_slots()).try_acquire_owned() else {
+            return Err(busy(&format!(
+                "all {PROCESS_CALLS_MAX} plugin call slots of this process are held"
+            )));
+        };
+        let in_flight = match (write, record) {
+            (true, Some(record)) => Some(InFlight::enter(&self.writes, record)),
+            _ => None,
         };
         let handle = Arc::clone(&self.handle);
         let limit = self.limits.max_answer_bytes;
         let call = tokio::task::spawn_blocking(move || {
-            // The slot is held until the plugin returns, however long the host waits.
-            let _slot = slot;
+            // Held until the plugin returns, however long the host waits.
+            let _held = (slot, process_slot, in_flight);
             handle.invoke(export, &body, limit)
         });
         let bytes = match tokio::time::timeout(timeout + self.limits.grace, call).await {

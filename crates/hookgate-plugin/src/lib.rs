@@ -62,6 +62,9 @@ pub struct PluginTable {
     pub abi_version: u32,
     /// `size_of::<PluginTable>()` as the plugin was built.
     pub table_size: u32,
+    /// 1 if the plugin was built with `panic = "unwind"`: a plugin built to abort on a panic
+    /// would take the gateway down with it, so the host refuses it.
+    pub unwinds: u32,
     /// The kind's description: an [`Outcome`] of a [`hookgate_connector::KindDescription`].
     pub describe: extern "C" fn() -> Buffer,
     /// Builds an instance from a [`CreateRequest`]; on success writes the instance pointer

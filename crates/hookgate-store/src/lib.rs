@@ -38,6 +38,10 @@ pub enum StoreError {
     // and a chain printed with `{:#}` would say everything three times.
     #[error("database unavailable: {0}")]
     Unavailable(sqlx::Error),
+    /// The gateway cannot take the work to the database now (its intake queue is full, or no
+    /// commit came in time): unavailable too, so intake answers 503 with Retry-After.
+    #[error("database unavailable: {0}")]
+    Busy(String),
     #[error("database error: {0}")]
     Database(sqlx::Error),
     #[error("migration failed: {0}")]
@@ -55,7 +59,7 @@ pub enum StoreError {
 
 impl StoreError {
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::Busy(_))
     }
 }
 
@@ -492,111 +496,129 @@ impl Store {
     /// Records one verified delivery in one transaction: a new event with its outbox items,
     /// or a duplicate counted on the original, or a conflict kept beside it.
     pub async fn record_intake(&self, delivery: &NewDelivery<'_>) -> Result<IntakeRecord> {
+        let mut records = self.record_intake_batch(std::slice::from_ref(delivery)).await?;
+        Ok(records.pop().expect("one record per delivery"))
+    }
+
+    /// Records several deliveries in one transaction, one commit (one WAL sync) for all: group
+    /// commit. Each gets its own record, as if recorded alone. Rows are written in key order,
+    /// so two batches that share keys lock them in one order and cannot deadlock.
+    pub async fn record_intake_batch(
+        &self,
+        deliveries: &[NewDelivery<'_>],
+    ) -> Result<Vec<IntakeRecord>> {
+        let mut order: Vec<usize> = (0..deliveries.len()).collect();
+        order.sort_by_key(|&i| (deliveries[i].pipeline, deliveries[i].scope, deliveries[i].key));
+        let mut records: Vec<Option<IntakeRecord>> = vec![None; deliveries.len()];
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
-            let inserted: Option<i64> = sqlx::query_scalar(
-                "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, \
-                 headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $6, $10) \
-                 ON CONFLICT (pipeline, scope, event_key) DO NOTHING RETURNING id",
-            )
-            .bind(delivery.pipeline)
-            .bind(delivery.scope)
-            .bind(delivery.key)
-            .bind(delivery.fingerprint)
-            .bind(delivery.event_type)
-            .bind(delivery.received_at_ms)
-            .bind(delivery.headers_json)
-            .bind(delivery.body)
-            .bind(if delivery.outbox.is_empty() { EVENT_STATE_DONE } else { EVENT_STATE_ACCEPTED })
-            .bind(delivery.sealed_with)
-            .fetch_optional(&mut *tx)
-            .await?;
+            for &i in &order {
+                let delivery = &deliveries[i];
+                let inserted: Option<i64> = sqlx::query_scalar(
+                    "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, \
+                     headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $6, $10) \
+                     ON CONFLICT (pipeline, scope, event_key) DO NOTHING RETURNING id",
+                )
+                .bind(delivery.pipeline)
+                .bind(delivery.scope)
+                .bind(delivery.key)
+                .bind(delivery.fingerprint)
+                .bind(delivery.event_type)
+                .bind(delivery.received_at_ms)
+                .bind(delivery.headers_json)
+                .bind(delivery.body)
+                .bind(if delivery.outbox.is_empty() { EVENT_STATE_DONE } else { EVENT_STATE_ACCEPTED })
+                .bind(delivery.sealed_with)
+                .fetch_optional(&mut *tx)
+                .await?;
 
-            let record = match inserted {
-                Some(event_id) => {
-                    for item in &delivery.outbox {
-                        sqlx::query(
-                            "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, \
-                             next_attempt_at_ms, created_at_ms, version_text) VALUES ($1, $8, $2, $3, $4, $5, $6, $7, $7, $9)",
-                        )
-                        .bind(event_id)
-                        .bind(&item.target)
-                        .bind(item.target_index)
-                        .bind(&item.entity)
-                        .bind(&item.version)
-                        .bind(state::PENDING)
-                        .bind(delivery.received_at_ms)
-                        .bind(delivery.pipeline)
-                        .bind(&item.version_text)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    IntakeRecord::Accepted { event_id }
-                }
-                None => {
-                    // The row exists and is committed: in PostgreSQL the insert above waited
-                    // for a concurrent inserter to commit, in SQLite writes are serial.
-                    let row = sqlx::query(
-                        "SELECT id, fingerprint FROM events WHERE pipeline = $1 AND scope = $2 AND event_key = $3",
-                    )
-                    .bind(delivery.pipeline)
-                    .bind(delivery.scope)
-                    .bind(delivery.key)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    let event_id: i64 = row.try_get("id")?;
-                    let original: String = row.try_get("fingerprint")?;
-                    if original == delivery.fingerprint {
-                        sqlx::query(
-                            "UPDATE events SET delivery_count = delivery_count + 1, \
-                             last_delivery_at_ms = $2 WHERE id = $1",
-                        )
-                        .bind(event_id)
-                        .bind(delivery.received_at_ms)
-                        .execute(&mut *tx)
-                        .await?;
-                        IntakeRecord::Duplicate { event_id }
-                    } else {
-                        sqlx::query("UPDATE events SET conflict_count = conflict_count + 1 WHERE id = $1")
+                let record = match inserted {
+                    Some(event_id) => {
+                        for item in &delivery.outbox {
+                            sqlx::query(
+                                "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, \
+                                 next_attempt_at_ms, created_at_ms, version_text) VALUES ($1, $8, $2, $3, $4, $5, $6, $7, $7, $9)",
+                            )
                             .bind(event_id)
+                            .bind(&item.target)
+                            .bind(item.target_index)
+                            .bind(&item.entity)
+                            .bind(&item.version)
+                            .bind(state::PENDING)
+                            .bind(delivery.received_at_ms)
+                            .bind(delivery.pipeline)
+                            .bind(&item.version_text)
                             .execute(&mut *tx)
                             .await?;
-                        IntakeRecord::Conflict { event_id }
+                        }
+                        IntakeRecord::Accepted { event_id }
                     }
-                }
-            };
-            let (outcome, event_id, body, headers) = match record {
-                IntakeRecord::Accepted { event_id } => ("accepted", event_id, None, delivery.headers_json),
-                IntakeRecord::Duplicate { event_id } => {
-                    ("duplicate", event_id, None, delivery.headers_excerpt_json)
-                }
-                IntakeRecord::Conflict { event_id } => {
-                    ("conflict", event_id, Some(delivery.body), delivery.headers_excerpt_json)
-                }
-            };
-            // Evidence is bounded: past the first few duplicates and conflicts of an event,
-            // only their counts on the event grow.
-            sqlx::query(
-                "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
-                 fingerprint, headers, body, sealed_with) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $11 \
-                 WHERE $3 = 'accepted' OR (SELECT COUNT(*) FROM deliveries WHERE event_id = $2 AND outcome = $3) < $10",
-            )
-            .bind(delivery.pipeline)
-            .bind(event_id)
-            .bind(outcome)
-            .bind(delivery.received_at_ms)
-            .bind(delivery.scope)
-            .bind(delivery.key)
-            .bind(delivery.fingerprint)
-            .bind(headers)
-            .bind(body)
-            .bind(REPEATED_DELIVERIES_KEPT)
-            .bind(delivery.sealed_with)
-            .execute(&mut *tx)
-            .await?;
+                    None => {
+                        // The row exists and is committed: in PostgreSQL the insert above waited
+                        // for a concurrent inserter to commit, in SQLite writes are serial.
+                        let row = sqlx::query(
+                            "SELECT id, fingerprint FROM events WHERE pipeline = $1 AND scope = $2 AND event_key = $3",
+                        )
+                        .bind(delivery.pipeline)
+                        .bind(delivery.scope)
+                        .bind(delivery.key)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        let event_id: i64 = row.try_get("id")?;
+                        let original: String = row.try_get("fingerprint")?;
+                        if original == delivery.fingerprint {
+                            sqlx::query(
+                                "UPDATE events SET delivery_count = delivery_count + 1, \
+                                 last_delivery_at_ms = $2 WHERE id = $1",
+                            )
+                            .bind(event_id)
+                            .bind(delivery.received_at_ms)
+                            .execute(&mut *tx)
+                            .await?;
+                            IntakeRecord::Duplicate { event_id }
+                        } else {
+                            sqlx::query("UPDATE events SET conflict_count = conflict_count + 1 WHERE id = $1")
+                                .bind(event_id)
+                                .execute(&mut *tx)
+                                .await?;
+                            IntakeRecord::Conflict { event_id }
+                        }
+                    }
+                };
+                let (outcome, event_id, body, headers) = match record {
+                    IntakeRecord::Accepted { event_id } => ("accepted", event_id, None, delivery.headers_json),
+                    IntakeRecord::Duplicate { event_id } => {
+                        ("duplicate", event_id, None, delivery.headers_excerpt_json)
+                    }
+                    IntakeRecord::Conflict { event_id } => {
+                        ("conflict", event_id, Some(delivery.body), delivery.headers_excerpt_json)
+                    }
+                };
+                // Evidence is bounded: past the first few duplicates and conflicts of an event,
+                // only their counts on the event grow.
+                sqlx::query(
+                    "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
+                     fingerprint, headers, body, sealed_with) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $11 \
+                     WHERE $3 = 'accepted' OR (SELECT COUNT(*) FROM deliveries WHERE event_id = $2 AND outcome = $3) < $10",
+                )
+                .bind(delivery.pipeline)
+                .bind(event_id)
+                .bind(outcome)
+                .bind(delivery.received_at_ms)
+                .bind(delivery.scope)
+                .bind(delivery.key)
+                .bind(delivery.fingerprint)
+                .bind(headers)
+                .bind(body)
+                .bind(REPEATED_DELIVERIES_KEPT)
+                .bind(delivery.sealed_with)
+                .execute(&mut *tx)
+                .await?;
+                records[i] = Some(record);
+            }
             tx.commit().await?;
-            Ok(record)
+            Ok(records.into_iter().map(|r| r.expect("every delivery recorded")).collect())
         })
     }
 

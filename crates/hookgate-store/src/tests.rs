@@ -773,3 +773,44 @@ async fn a_first_release_database_migrates_forward_without_losing_work() {
     }
     drop_postgres_database(&postgres).await;
 }
+
+/// One transaction for several deliveries gives each the record it would get alone: new
+/// events, a duplicate and a conflict of a key first seen in the same batch, and a key seen
+/// in an earlier batch.
+#[tokio::test]
+async fn a_batch_records_each_delivery_as_if_alone() {
+    on_both_backends(|store| async move {
+        let IntakeRecord::Accepted { event_id: earlier } =
+            store.record_intake(&delivery("k0", "f0", b"zero")).await.unwrap()
+        else {
+            panic!("k0 is new")
+        };
+        let batch = [
+            delivery("k2", "f2", b"two"),
+            delivery("k1", "f1", b"one"),
+            delivery("k2", "f2", b"two"),
+            delivery("k1", "fX", b"other"),
+            delivery("k0", "f0", b"zero"),
+        ];
+        let records = store.record_intake_batch(&batch).await.unwrap();
+        let IntakeRecord::Accepted { event_id: k2 } = records[0] else { panic!("{records:?}") };
+        let IntakeRecord::Accepted { event_id: k1 } = records[1] else { panic!("{records:?}") };
+        assert_eq!(
+            records[2..],
+            [
+                IntakeRecord::Duplicate { event_id: k2 },
+                IntakeRecord::Conflict { event_id: k1 },
+                IntakeRecord::Duplicate { event_id: earlier },
+            ]
+        );
+        assert_eq!(store.outbox_for(k1).await.unwrap().len(), 2);
+        assert_eq!(store.outbox_for(k2).await.unwrap().len(), 2);
+        let event = store.event(k1).await.unwrap().unwrap();
+        assert_eq!(
+            (event.delivery_count, event.conflict_count, event.body),
+            (1, 1, b"one".to_vec())
+        );
+        assert_eq!(store.event(earlier).await.unwrap().unwrap().delivery_count, 2);
+    })
+    .await;
+}

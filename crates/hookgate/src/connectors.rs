@@ -389,7 +389,9 @@ fn check_against_schema(
                 Code::ConnectorSettings,
                 &instances.file,
                 instances.settings_span(name, &pointer),
-                format!("connector `{name}` ({kind}): {place}: {error}"),
+                // Masked: a value may have come from a reference, and the message must not
+                // repeat it.
+                format!("connector `{name}` ({kind}): {place}: {}", error.masked()),
             )
             .with_hint(format!("`hookgate connectors --schema {kind}` prints the settings schema"))
         })

@@ -106,6 +106,10 @@ pub async fn run(options: DemoOptions) -> Result<String> {
             idle_poll: Duration::from_millis(50),
             ..WorkerConfig::default()
         }),
+        group_commit: Some(hookgate_engine::GroupCommitConfig {
+            committers: 1,
+            ..Default::default()
+        }),
         resolver,
     })
     .await?;

@@ -416,6 +416,36 @@ struct ServeArgs {
     /// (HubSpot v3) sign it. Without it the URL is rebuilt from the Host header.
     #[arg(long, env = "HOOKGATE_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Deliveries committed in one transaction at most (group commit); 1 gives each its own
+    /// transaction. Batches never wait to fill: they take what queued during the last commit.
+    #[arg(long, env = "HOOKGATE_INTAKE_BATCH_MAX", default_value_t = 64,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    intake_batch_max: u16,
+    /// Deliveries waiting for a commit at most; one more is answered 503 with Retry-After.
+    #[arg(long, env = "HOOKGATE_INTAKE_QUEUE_MAX", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    intake_queue_max: u32,
+    /// Intake transactions in flight at once on PostgreSQL (SQLite has one writer: 1).
+    #[arg(long, env = "HOOKGATE_INTAKE_COMMITTERS", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    intake_committers: u16,
+}
+
+impl ServeArgs {
+    /// Group commit, unless batches of one were asked for.
+    fn group_commit(&self, database_url: &str) -> Option<hookgate_engine::GroupCommitConfig> {
+        (self.intake_batch_max > 1).then(|| hookgate_engine::GroupCommitConfig {
+            batch_max: usize::from(self.intake_batch_max),
+            queue_max: self.intake_queue_max as usize,
+            committers: if database_url.starts_with("sqlite:") {
+                1
+            } else {
+                usize::from(self.intake_committers)
+            },
+            // A delivery waits for its commit no longer than the server reads a body.
+            wait_max: Duration::from_secs(self.read_timeout_secs.max(1)),
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -566,7 +596,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let result = runtime.block_on(run(cli.command));
+    // A plugin call that never returns holds a blocking thread; dropping the runtime would
+    // wait for it forever. Whatever is still running now is abandoned.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -610,6 +644,7 @@ async fn run(command: Command) -> Result<()> {
                     serve.body_limit_bytes
                 );
             }
+            let group_commit = serve.group_commit(&database.database_url);
             serve::run(ServeOptions {
                 database_url: database.database_url.clone(),
                 listen: Some(serve.listen),
@@ -627,6 +662,7 @@ async fn run(command: Command) -> Result<()> {
                     // Installed by `serve::start`, which owns the process's recorder.
                     metrics: None,
                 },
+                group_commit,
                 store: database.store_options(),
                 workers: work.config()?,
                 resolver: Default::default(),
@@ -645,6 +681,7 @@ async fn run(command: Command) -> Result<()> {
                 server: ServerConfig::default(),
                 store: database.store_options(),
                 workers: Some(workers),
+                group_commit: None,
                 resolver: Default::default(),
             })
             .await

@@ -77,6 +77,8 @@ pub struct ServeOptions {
     pub store: StoreOptions,
     /// `None` runs intake only (`serve --workers 0`).
     pub workers: Option<WorkerConfig>,
+    /// Group commit at intake; `None`: a transaction per delivery.
+    pub group_commit: Option<hookgate_engine::GroupCommitConfig>,
     pub resolver: secrets::Resolver,
 }
 
@@ -356,6 +358,10 @@ async fn build_gateway(
     let gateway = match keyring {
         Some(keyring) => gateway.with_keyring(keyring),
         None => gateway,
+    };
+    let gateway = match options.group_commit {
+        Some(config) if options.listen.is_some() => gateway.with_group_commit(config),
+        _ => gateway,
     };
     Ok((gateway, instances, registry))
 }

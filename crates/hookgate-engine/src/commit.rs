@@ -1,0 +1,208 @@
+//! Group commit for intake: concurrent deliveries share one transaction and one commit (one
+//! WAL sync), each answered only after the commit that holds it.
+//!
+//! **The batching window is zero.** A committer takes the first delivery waiting, then only
+//! those already queued behind it, and commits at once: it never waits for a batch to fill.
+//! At low load every batch is one delivery and nothing is added to its latency; under load,
+//! deliveries queue while the previous commit syncs, and the next commit takes them all. The
+//! batch grows with the load, bounded by `batch_max`.
+//!
+//! **One bad delivery does not fail its batch-mates.** Duplicates and conflicts are per-item
+//! outcomes inside the transaction already. If the transaction itself fails for a reason other
+//! than the database being unavailable, each delivery of the batch is recorded again in a
+//! transaction of its own, so only the one at fault fails.
+//!
+//! **Bounds.** The queue holds `queue_max` deliveries: one more is refused at once as
+//! unavailable (503 with Retry-After), never acknowledged. A delivery waits at most `wait_max`
+//! for its commit; past it the sender gets 503. If its commit happens later anyway, the
+//! sender's retry is a duplicate, which is what at-least-once senders expect.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hookgate_store::{IntakeRecord, NewDelivery, NewOutboxItem, Store, StoreError};
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+/// Group commit's bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupCommitConfig {
+    /// Deliveries in one transaction at most.
+    pub batch_max: usize,
+    /// Deliveries waiting for a committer at most.
+    pub queue_max: usize,
+    /// Transactions in flight at once: 1 for SQLite (one writer); a few for PostgreSQL, so
+    /// that one commit's sync overlaps the next batch's statements.
+    pub committers: usize,
+    /// How long a delivery waits for its commit.
+    pub wait_max: Duration,
+}
+
+impl Default for GroupCommitConfig {
+    fn default() -> GroupCommitConfig {
+        GroupCommitConfig {
+            batch_max: 64,
+            queue_max: 4096,
+            committers: 2,
+            wait_max: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A delivery moved to a committer, with the channel its record goes back on.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub pipeline: String,
+    pub scope: String,
+    pub key: String,
+    pub fingerprint: String,
+    pub event_type: Option<String>,
+    pub received_at_ms: i64,
+    pub headers_json: String,
+    pub headers_excerpt_json: String,
+    pub body: Vec<u8>,
+    pub sealed_with: Option<String>,
+    pub outbox: Vec<NewOutboxItem>,
+}
+
+impl Queued {
+    pub(crate) fn from_new(new: &NewDelivery<'_>) -> Queued {
+        Queued {
+            pipeline: new.pipeline.to_owned(),
+            scope: new.scope.to_owned(),
+            key: new.key.to_owned(),
+            fingerprint: new.fingerprint.to_owned(),
+            event_type: new.event_type.map(str::to_owned),
+            received_at_ms: new.received_at_ms,
+            headers_json: new.headers_json.to_owned(),
+            headers_excerpt_json: new.headers_excerpt_json.to_owned(),
+            body: new.body.to_vec(),
+            sealed_with: new.sealed_with.map(str::to_owned),
+            outbox: new.outbox.clone(),
+        }
+    }
+
+    fn as_new(&self) -> NewDelivery<'_> {
+        NewDelivery {
+            pipeline: &self.pipeline,
+            scope: &self.scope,
+            key: &self.key,
+            fingerprint: &self.fingerprint,
+            event_type: self.event_type.as_deref(),
+            received_at_ms: self.received_at_ms,
+            headers_json: &self.headers_json,
+            headers_excerpt_json: &self.headers_excerpt_json,
+            body: &self.body,
+            sealed_with: self.sealed_with.as_deref(),
+            outbox: self.outbox.clone(),
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<IntakeRecord, StoreError>>;
+
+/// The committers and the queue to them. Cloned handles share them; the committers stop when
+/// the last handle is dropped.
+#[derive(Debug, Clone)]
+pub struct GroupCommit {
+    queue: mpsc::Sender<(Queued, Reply)>,
+    wait_max: Duration,
+}
+
+/// The error of a delivery that never reached the database, or whose batch could not.
+fn unavailable(why: &str) -> StoreError {
+    StoreError::Busy(why.to_owned())
+}
+
+impl GroupCommit {
+    /// Starts the committers on the current runtime.
+    pub fn start(store: Store, config: GroupCommitConfig) -> GroupCommit {
+        let (queue, receiver) = mpsc::channel(config.queue_max.max(1));
+        let receiver = Arc::new(Mutex::new(receiver));
+        for _ in 0..config.committers.max(1) {
+            let (store, receiver) = (store.clone(), Arc::clone(&receiver));
+            tokio::spawn(committer(store, receiver, config.batch_max.max(1)));
+        }
+        GroupCommit { queue, wait_max: config.wait_max }
+    }
+
+    /// Records a delivery; returns once the transaction holding it has committed (or failed).
+    pub async fn record_delivery(
+        &self,
+        delivery: &NewDelivery<'_>,
+    ) -> Result<IntakeRecord, StoreError> {
+        self.record(Queued::from_new(delivery)).await
+    }
+
+    pub(crate) async fn record(&self, queued: Queued) -> Result<IntakeRecord, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        if let Err(error) = self.queue.try_send((queued, reply)) {
+            let why = match error {
+                mpsc::error::TrySendError::Full(_) => "intake queue full",
+                mpsc::error::TrySendError::Closed(_) => "intake committers stopped",
+            };
+            metrics::counter!("hookgate_intake_queue_refusals_total").increment(1);
+            return Err(unavailable(why));
+        }
+        match tokio::time::timeout(self.wait_max, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(unavailable("the intake committer stopped")),
+            Err(_) => Err(unavailable("no commit within the intake wait")),
+        }
+    }
+}
+
+async fn committer(
+    store: Store,
+    receiver: Arc<Mutex<mpsc::Receiver<(Queued, Reply)>>>,
+    batch_max: usize,
+) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            let mut receiver = receiver.lock().await;
+            let Some(first) = receiver.recv().await else { return };
+            batch.push(first);
+            // What queued while the last commit synced: no waiting for more.
+            while batch.len() < batch_max {
+                match receiver.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+        }
+        commit(&store, batch).await;
+    }
+}
+
+async fn commit(store: &Store, batch: Vec<(Queued, Reply)>) {
+    metrics::histogram!("hookgate_intake_batch_size").record(batch.len() as f64);
+    let news: Vec<NewDelivery<'_>> = batch.iter().map(|(queued, _)| queued.as_new()).collect();
+    match store.record_intake_batch(&news).await {
+        Ok(records) => {
+            drop(news);
+            for ((_, reply), record) in batch.into_iter().zip(records) {
+                let _ = reply.send(Ok(record));
+            }
+        }
+        Err(error) if error.is_unavailable() || batch.len() == 1 => {
+            let text = error.to_string();
+            drop(news);
+            let mut batch = batch.into_iter();
+            if let Some((_, reply)) = batch.next() {
+                let _ = reply.send(Err(error));
+            }
+            for (_, reply) in batch {
+                let _ = reply.send(Err(unavailable(&text)));
+            }
+        }
+        Err(error) => {
+            // Something in the batch failed it: each alone, so that only that one fails.
+            tracing::warn!(%error, deliveries = batch.len(), "an intake batch failed; recording each alone");
+            drop(news);
+            for (queued, reply) in batch {
+                let record = store.record_intake(&queued.as_new()).await;
+                let _ = reply.send(record);
+            }
+        }
+    }
+}
