@@ -215,6 +215,45 @@ async fn an_answer_over_the_bound_is_not_read_and_a_write_stays_in_doubt() {
     assert_eq!(error.class(), "misconfigured", "{error}");
 }
 
+/// `check` asks the plugin itself whether it can build an instance (settings its schema
+/// accepts, credentials at hand), and locates its refusal at the instance.
+#[test]
+fn check_reports_a_plugin_that_refuses_an_instance_where_it_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    plugin_directory(dir.path());
+    let instances = dir.path().join("hookgate.yaml");
+    std::fs::write(
+        &instances,
+        "plugins:\n  directories: [plugins]\n\
+         connectors:\n  - name: crm\n    kind: jsonfile\n\
+         \x20   settings: { path: /no/such/directory/crm.json }\n\
+         \x20   credentials: { token: { env: JSONFILE_TOKEN } }\n",
+    )
+    .unwrap();
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check", "--message-format", "short", "--instances"])
+        .arg(&instances)
+        .arg(root().join("tests/delivery/orders.yaml"))
+        .env("ORDERS_SECRET", "x")
+        .env("JSONFILE_TOKEN", "t0ken")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains(
+            "hookgate.yaml:5:11: error[H0603]: connector `crm`: connector plugin `jsonfile`"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "create: settings.path: /no/such/directory/crm.json is not in a directory that exists"
+        ),
+        "{report}"
+    );
+}
+
 /// A library that is not a hookgate plugin is named as such.
 #[test]
 fn a_library_without_the_entry_symbol_is_refused() {

@@ -9,7 +9,7 @@
 //!   costs: the inbox insert `ON CONFLICT DO NOTHING`, its outbox item, its delivery evidence,
 //!   bodies of the same size, prepared, one transaction per delivery) at the same client
 //!   count. At 32 clients also with group commit off (`--intake-batch-max 1`), the average
-//!   batch (from `/metrics`) and deliveries per WAL sync (`pg_stat_wal`); and open loop at
+//!   batch (from `/metrics`); and open loop at
 //!   0.8× the measured peak, p99 against pgbench's at the same rate (`-R`), latency counted
 //!   from each request's scheduled time.
 //! - **intake, SQLite**: at 1 and 16 clients, group commit on against off.
@@ -264,17 +264,6 @@ async fn average_batch(base: &str) -> Option<f64> {
     Some(value("hookgate_intake_batch_size_sum")? / value("hookgate_intake_batch_size_count")?)
 }
 
-/// WAL syncs so far, from `pg_stat_wal` (PostgreSQL 14 and later).
-async fn wal_syncs(url: &str) -> Result<i64> {
-    use sqlx::Connection as _;
-    let mut connection = sqlx::PgConnection::connect(url).await?;
-    // The statistics of other backends reach the view when they flush them: within a second.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let syncs: i64 =
-        sqlx::query_scalar("SELECT wal_sync FROM pg_stat_wal").fetch_one(&mut connection).await?;
-    Ok(syncs)
-}
-
 /// pgbench's result: transactions per second and per-transaction latencies.
 struct Pgbench {
     rate: f64,
@@ -300,9 +289,9 @@ fn pgbench(
         format!(
             "\\set k random(1, 1000000000000)\n\
              BEGIN;\n\
-             INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) VALUES ('pgbench', '', 'key-:client_id-:k', 'fingerprint-0123456789abcdef0123456789abcdef', NULL, 1, '{{}}', '\\x{body_hex}'::bytea, 'accepted', 1, 1, NULL) ON CONFLICT (pipeline, scope, event_key) DO NOTHING RETURNING id \\gset\n\
-             INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, next_attempt_at_ms, created_at_ms, version_text) VALUES (:id, 'pgbench', 't', 0, 'key-:client_id-:k', NULL, 'pending', 1, 1, NULL);\n\
-             INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, fingerprint, headers, body, sealed_with) SELECT 'pgbench', :id, 'accepted', 1, '', 'key-:client_id-:k', 'f', '{{}}', NULL, NULL WHERE 'accepted' = 'accepted' OR (SELECT COUNT(*) FROM deliveries WHERE event_id = :id AND outcome = 'accepted') < 3;\n\
+             INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) VALUES ('pgbench', '', ('key-' || :client_id::text || '-' || :k::text), 'fingerprint-0123456789abcdef0123456789abcdef', NULL, 1, '{{}}', '\\x{body_hex}'::bytea, 'accepted', 1, 1, NULL) ON CONFLICT (pipeline, scope, event_key) DO NOTHING RETURNING id \\gset\n\
+             INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, next_attempt_at_ms, created_at_ms, version_text) VALUES (:id, 'pgbench', 't', 0, ('key-' || :client_id::text || '-' || :k::text), NULL, 'pending', 1, 1, NULL);\n\
+             INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, fingerprint, headers, body, sealed_with) SELECT 'pgbench', :id, 'accepted', 1, '', ('key-' || :client_id::text || '-' || :k::text), 'f', '{{}}', NULL, NULL WHERE 'accepted' = 'accepted' OR (SELECT COUNT(*) FROM deliveries WHERE event_id = :id AND outcome = 'accepted') < 3;\n\
              END;\n"
         ),
     )?;
@@ -417,10 +406,8 @@ async fn postgres_bench(
     let mut peak = 0.0;
     for clients in [1, 8, 32] {
         let count = if clients == 1 { deliveries / 3 } else { deliveries };
-        let before = wal_syncs(url).await?;
         let (rate, latencies) =
             fire(&batched.base, "/hooks/bench", next_key, count, clients, 202).await?;
-        let syncs = wal_syncs(url).await? - before;
         next_key += count;
         let baseline = pgbench(url, dir, clients, 8, None)?;
         row(
@@ -443,10 +430,6 @@ async fn postgres_bench(
             "(itself)",
             baseline.rate,
         );
-        if syncs > 0 {
-            println!("    {:.1} deliveries per WAL sync", count as f64 / syncs as f64);
-            report.add(serde_json::json!({"measure": "deliveries per WAL sync", "backend": "postgres", "clients": clients, "value": count as f64 / syncs as f64}));
-        }
         if clients == 32 {
             peak = rate;
             let (single, latencies) =

@@ -133,6 +133,40 @@ impl Plugin {
         &self.description
     }
 
+    /// Builds an instance and destroys it at once, on this thread: what `check` does to tell
+    /// whether the plugin accepts an instance's settings and credentials. (A plugin's
+    /// `create` should not contact its CRM; a connector connects on its first call.)
+    pub fn try_create(
+        &self,
+        settings: &std::collections::BTreeMap<String, serde_json::Value>,
+        credentials: &Credentials,
+    ) -> Result<(), PluginError> {
+        let failed = |message: String| PluginError::Create {
+            kind: self.description.kind.clone(),
+            path: self.path.clone(),
+            message,
+        };
+        let request = CreateRequest {
+            settings: settings.clone(),
+            credentials: credentials
+                .iter()
+                .map(|(name, secret)| (name.clone(), secret.expose().to_owned()))
+                .collect(),
+        };
+        let body = serde_json::to_vec(&request).map_err(|e| failed(e.to_string()))?;
+        let mut instance: *mut Instance = std::ptr::null_mut();
+        let answer = (self.table.create)(body.as_ptr(), body.len(), &mut instance);
+        // Destroyed whatever the answer says: nothing else will use it.
+        drop((!instance.is_null()).then_some(Handle { table: self.table, instance }));
+        let bytes = take(self.table, answer, DESCRIBE_BYTES_MAX)
+            .map_err(|len| failed(format!("an answer of {len} bytes")))?;
+        match serde_json::from_slice::<Outcome<Description>>(&bytes) {
+            Ok(Outcome::Ok(_)) => Ok(()),
+            Ok(Outcome::Err(message)) => Err(failed(message)),
+            Err(e) => Err(failed(format!("not an instance description: {e}"))),
+        }
+    }
+
     /// Builds an instance. Creation may block (a plugin may connect to its CRM), so it runs
     /// on the blocking pool, bounded by the call timeout.
     pub async fn create(

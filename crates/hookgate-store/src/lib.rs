@@ -501,106 +501,155 @@ impl Store {
     }
 
     /// Records several deliveries in one transaction, one commit (one WAL sync) for all: group
-    /// commit. Each gets its own record, as if recorded alone. Rows are written in key order,
-    /// so two batches that share keys lock them in one order and cannot deadlock.
+    /// commit. Each gets its own record, as if recorded alone. New events take three
+    /// statements for the whole batch (events, outbox items, evidence); a repeated key is
+    /// rare, and handled on its own. Rows are written in key order, so two batches that share
+    /// keys lock them in one order and cannot deadlock.
     pub async fn record_intake_batch(
         &self,
         deliveries: &[NewDelivery<'_>],
     ) -> Result<Vec<IntakeRecord>> {
+        type Key<'k> = (&'k str, &'k str, &'k str);
+        let key_of = |d: &NewDelivery<'_>| -> (String, String, String) {
+            (d.pipeline.to_owned(), d.scope.to_owned(), d.key.to_owned())
+        };
         let mut order: Vec<usize> = (0..deliveries.len()).collect();
         order.sort_by_key(|&i| (deliveries[i].pipeline, deliveries[i].scope, deliveries[i].key));
+        // The first delivery of each key may be a new event; the others repeat it.
+        let mut seen: std::collections::HashSet<Key<'_>> = std::collections::HashSet::new();
+        let firsts: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&i| {
+                seen.insert((deliveries[i].pipeline, deliveries[i].scope, deliveries[i].key))
+            })
+            .collect();
         let mut records: Vec<Option<IntakeRecord>> = vec![None; deliveries.len()];
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
+            let mut insert = sqlx::QueryBuilder::new(
+                "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, \
+                 headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) ",
+            );
+            insert.push_values(&firsts, |mut row, &i| {
+                let d = &deliveries[i];
+                let state = if d.outbox.is_empty() { EVENT_STATE_DONE } else { EVENT_STATE_ACCEPTED };
+                row.push_bind(d.pipeline)
+                    .push_bind(d.scope)
+                    .push_bind(d.key)
+                    .push_bind(d.fingerprint)
+                    .push_bind(d.event_type)
+                    .push_bind(d.received_at_ms)
+                    .push_bind(d.headers_json)
+                    .push_bind(d.body)
+                    .push_bind(state)
+                    .push_bind(1_i64)
+                    .push_bind(d.received_at_ms)
+                    .push_bind(d.sealed_with);
+            });
+            insert.push(
+                " ON CONFLICT (pipeline, scope, event_key) DO NOTHING \
+                 RETURNING id, pipeline, scope, event_key",
+            );
+            let mut created = std::collections::HashMap::new();
+            for row in insert.build().fetch_all(&mut *tx).await? {
+                let key: (String, String, String) =
+                    (row.try_get("pipeline")?, row.try_get("scope")?, row.try_get("event_key")?);
+                created.insert(key, row.try_get::<i64, _>("id")?);
+            }
+            let mut accepted = Vec::new();
+            for &i in &firsts {
+                if let Some(&event_id) = created.get(&key_of(&deliveries[i])) {
+                    records[i] = Some(IntakeRecord::Accepted { event_id });
+                    accepted.push((i, event_id));
+                }
+            }
+            let items: Vec<(i64, &NewDelivery<'_>, &NewOutboxItem)> = accepted
+                .iter()
+                .flat_map(|&(i, event_id)| {
+                    deliveries[i].outbox.iter().map(move |item| (event_id, &deliveries[i], item))
+                })
+                .collect();
+            if !items.is_empty() {
+                let mut outbox = sqlx::QueryBuilder::new(
+                    "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, \
+                     next_attempt_at_ms, created_at_ms, version_text) ",
+                );
+                outbox.push_values(&items, |mut row, (event_id, d, item)| {
+                    row.push_bind(*event_id)
+                        .push_bind(d.pipeline)
+                        .push_bind(item.target.as_str())
+                        .push_bind(item.target_index)
+                        .push_bind(item.entity.as_str())
+                        .push_bind(item.version.as_deref())
+                        .push_bind(state::PENDING)
+                        .push_bind(d.received_at_ms)
+                        .push_bind(d.received_at_ms)
+                        .push_bind(item.version_text.as_deref());
+                });
+                outbox.build().execute(&mut *tx).await?;
+            }
+            if !accepted.is_empty() {
+                let mut evidence = sqlx::QueryBuilder::new(
+                    "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
+                     fingerprint, headers, body, sealed_with) ",
+                );
+                evidence.push_values(&accepted, |mut row, &(i, event_id)| {
+                    let d = &deliveries[i];
+                    row.push_bind(d.pipeline)
+                        .push_bind(event_id)
+                        .push_bind("accepted")
+                        .push_bind(d.received_at_ms)
+                        .push_bind(d.scope)
+                        .push_bind(d.key)
+                        .push_bind(d.fingerprint)
+                        .push_bind(d.headers_json)
+                        .push_bind(None::<&[u8]>)
+                        .push_bind(d.sealed_with);
+                });
+                evidence.build().execute(&mut *tx).await?;
+            }
+            // Repeats: of a key stored before, or accepted earlier in this batch. The row
+            // exists and is visible: in PostgreSQL the insert above waited for a concurrent
+            // inserter to commit, in SQLite writes are serial, and this transaction sees its own.
             for &i in &order {
+                if records[i].is_some() {
+                    continue;
+                }
                 let delivery = &deliveries[i];
-                let inserted: Option<i64> = sqlx::query_scalar(
-                    "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, \
-                     headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $6, $10) \
-                     ON CONFLICT (pipeline, scope, event_key) DO NOTHING RETURNING id",
+                let row = sqlx::query(
+                    "SELECT id, fingerprint FROM events WHERE pipeline = $1 AND scope = $2 AND event_key = $3",
                 )
                 .bind(delivery.pipeline)
                 .bind(delivery.scope)
                 .bind(delivery.key)
-                .bind(delivery.fingerprint)
-                .bind(delivery.event_type)
-                .bind(delivery.received_at_ms)
-                .bind(delivery.headers_json)
-                .bind(delivery.body)
-                .bind(if delivery.outbox.is_empty() { EVENT_STATE_DONE } else { EVENT_STATE_ACCEPTED })
-                .bind(delivery.sealed_with)
-                .fetch_optional(&mut *tx)
+                .fetch_one(&mut *tx)
                 .await?;
-
-                let record = match inserted {
-                    Some(event_id) => {
-                        for item in &delivery.outbox {
-                            sqlx::query(
-                                "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, \
-                                 next_attempt_at_ms, created_at_ms, version_text) VALUES ($1, $8, $2, $3, $4, $5, $6, $7, $7, $9)",
-                            )
-                            .bind(event_id)
-                            .bind(&item.target)
-                            .bind(item.target_index)
-                            .bind(&item.entity)
-                            .bind(&item.version)
-                            .bind(state::PENDING)
-                            .bind(delivery.received_at_ms)
-                            .bind(delivery.pipeline)
-                            .bind(&item.version_text)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        IntakeRecord::Accepted { event_id }
-                    }
-                    None => {
-                        // The row exists and is committed: in PostgreSQL the insert above waited
-                        // for a concurrent inserter to commit, in SQLite writes are serial.
-                        let row = sqlx::query(
-                            "SELECT id, fingerprint FROM events WHERE pipeline = $1 AND scope = $2 AND event_key = $3",
-                        )
-                        .bind(delivery.pipeline)
-                        .bind(delivery.scope)
-                        .bind(delivery.key)
-                        .fetch_one(&mut *tx)
+                let event_id: i64 = row.try_get("id")?;
+                let original: String = row.try_get("fingerprint")?;
+                let (record, outcome, body) = if original == delivery.fingerprint {
+                    sqlx::query(
+                        "UPDATE events SET delivery_count = delivery_count + 1, \
+                         last_delivery_at_ms = $2 WHERE id = $1",
+                    )
+                    .bind(event_id)
+                    .bind(delivery.received_at_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                    (IntakeRecord::Duplicate { event_id }, "duplicate", None)
+                } else {
+                    sqlx::query("UPDATE events SET conflict_count = conflict_count + 1 WHERE id = $1")
+                        .bind(event_id)
+                        .execute(&mut *tx)
                         .await?;
-                        let event_id: i64 = row.try_get("id")?;
-                        let original: String = row.try_get("fingerprint")?;
-                        if original == delivery.fingerprint {
-                            sqlx::query(
-                                "UPDATE events SET delivery_count = delivery_count + 1, \
-                                 last_delivery_at_ms = $2 WHERE id = $1",
-                            )
-                            .bind(event_id)
-                            .bind(delivery.received_at_ms)
-                            .execute(&mut *tx)
-                            .await?;
-                            IntakeRecord::Duplicate { event_id }
-                        } else {
-                            sqlx::query("UPDATE events SET conflict_count = conflict_count + 1 WHERE id = $1")
-                                .bind(event_id)
-                                .execute(&mut *tx)
-                                .await?;
-                            IntakeRecord::Conflict { event_id }
-                        }
-                    }
-                };
-                let (outcome, event_id, body, headers) = match record {
-                    IntakeRecord::Accepted { event_id } => ("accepted", event_id, None, delivery.headers_json),
-                    IntakeRecord::Duplicate { event_id } => {
-                        ("duplicate", event_id, None, delivery.headers_excerpt_json)
-                    }
-                    IntakeRecord::Conflict { event_id } => {
-                        ("conflict", event_id, Some(delivery.body), delivery.headers_excerpt_json)
-                    }
+                    (IntakeRecord::Conflict { event_id }, "conflict", Some(delivery.body))
                 };
                 // Evidence is bounded: past the first few duplicates and conflicts of an event,
                 // only their counts on the event grow.
                 sqlx::query(
                     "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
                      fingerprint, headers, body, sealed_with) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $11 \
-                     WHERE $3 = 'accepted' OR (SELECT COUNT(*) FROM deliveries WHERE event_id = $2 AND outcome = $3) < $10",
+                     WHERE (SELECT COUNT(*) FROM deliveries WHERE event_id = $2 AND outcome = $3) < $10",
                 )
                 .bind(delivery.pipeline)
                 .bind(event_id)
@@ -609,7 +658,7 @@ impl Store {
                 .bind(delivery.scope)
                 .bind(delivery.key)
                 .bind(delivery.fingerprint)
-                .bind(headers)
+                .bind(delivery.headers_excerpt_json)
                 .bind(body)
                 .bind(REPEATED_DELIVERIES_KEPT)
                 .bind(delivery.sealed_with)

@@ -194,15 +194,31 @@ impl Registry {
                     diagnostics.extend(check(instances, name));
                     credentials(&instance.settings)
                 }
-                Origin::Plugin(_) => {
+                Origin::Plugin(plugin) => {
                     let Ok(settings) = resolved_settings(&instance.settings, resolver);
-                    diagnostics.extend(check_against_schema(
-                        instances,
-                        name,
-                        &settings,
-                        &entry.description,
-                    ));
-                    entry.description.credentials.clone()
+                    let found =
+                        check_against_schema(instances, name, &settings, &entry.description);
+                    let required: Vec<&str> =
+                        entry.description.credentials.iter().map(String::as_str).collect();
+                    let missing = instances.check_credentials(name, &required);
+                    // Settings the schema accepts and every credential at hand: the plugin
+                    // itself says whether it can build the instance, before `serve` does.
+                    if found.is_empty()
+                        && missing.is_empty()
+                        && let Some(credentials) = credentials_at_hand(instance, resolver)
+                        && let Ok(settings) = strictly_resolved(&instance.settings, resolver)
+                        && let Err(error) = plugin.try_create(&settings, &credentials)
+                    {
+                        diagnostics.push(Diagnostic::error(
+                            Code::ConnectorSettings,
+                            &instances.file,
+                            instances.kind_span(name),
+                            format!("connector `{name}`: {error}"),
+                        ));
+                    }
+                    diagnostics.extend(found);
+                    diagnostics.extend(missing);
+                    continue;
                 }
             };
             let required: Vec<&str> = required.iter().map(String::as_str).collect();
@@ -333,6 +349,29 @@ fn resolved_settings(
             .ok()
             .and_then(|value| String::from_utf8(value.expose().to_vec()).ok())
             .unwrap_or_default())
+    })
+}
+
+/// An instance's credentials, if every one of them resolves.
+fn credentials_at_hand(
+    instance: &hookgate_pipeline::model::ConnectorInstance,
+    resolver: &Resolver,
+) -> Option<Credentials> {
+    instance
+        .credentials
+        .iter()
+        .map(|(name, reference)| {
+            let value = resolver.resolve(reference).ok()?;
+            Some((name.clone(), Secret::new(String::from_utf8(value.expose().to_vec()).ok()?)))
+        })
+        .collect()
+}
+
+/// Settings with every reference resolved, or `Err` if one does not.
+fn strictly_resolved(settings: &Settings, resolver: &Resolver) -> Result<Settings, ()> {
+    with_references_resolved(settings, &mut |reference| {
+        let value = resolver.resolve(reference).map_err(drop)?;
+        String::from_utf8(value.expose().to_vec()).map_err(drop)
     })
 }
 

@@ -425,8 +425,9 @@ struct ServeArgs {
     #[arg(long, env = "HOOKGATE_INTAKE_QUEUE_MAX", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     intake_queue_max: u32,
-    /// Intake transactions in flight at once on PostgreSQL (SQLite has one writer: 1).
-    #[arg(long, env = "HOOKGATE_INTAKE_COMMITTERS", default_value_t = 4,
+    /// Intake transactions in flight at once on PostgreSQL (SQLite has one writer: 1). One
+    /// gives the largest batches; more overlap round trips to a database far away.
+    #[arg(long, env = "HOOKGATE_INTAKE_COMMITTERS", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=64))]
     intake_committers: u16,
 }

@@ -270,6 +270,14 @@ impl sdk::Kind for JsonFile {
     ) -> BoxFuture<'static, Result<JsonFile, ConfigError>> {
         let built = sdk::settings::<JsonFileSettings>(settings).and_then(|settings| {
             sdk::credential(credentials, "token")?;
+            // A CRM that cannot exist: said when the instance is built, not at the first write.
+            let directory = settings.path.parent().filter(|p| !p.as_os_str().is_empty());
+            if directory.is_some_and(|directory| !directory.is_dir()) {
+                return Err(ConfigError(format!(
+                    "settings.path: {} is not in a directory that exists",
+                    settings.path.display()
+                )));
+            }
             Ok(JsonFile { state: Mutex::new(settings.fault), settings })
         });
         Box::pin(async move { built })
