@@ -42,7 +42,7 @@ impl Default for GroupCommitConfig {
     fn default() -> GroupCommitConfig {
         GroupCommitConfig {
             batch_max: 64,
-            queue_max: 4096,
+            queue_max: 1024,
             committers: 1,
             wait_max: Duration::from_secs(10),
         }
@@ -171,11 +171,26 @@ async fn committer(
                 }
             }
         }
-        commit(&store, batch).await;
+        // A sender that stopped waiting (its wait ran out, or it hung up) never got a 202:
+        // its delivery is not worth a commit, and its retry is on its way.
+        batch.retain(|(_, reply)| !reply.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        if let Err(why) = commit(&store, batch).await {
+            // The database is down: what queued meanwhile would wait for the same refusal,
+            // one acquire timeout after another. Answer it now.
+            let mut receiver = receiver.lock().await;
+            while let Ok((_, reply)) = receiver.try_recv() {
+                let _ = reply.send(Err(unavailable(&why)));
+            }
+        }
     }
 }
 
-async fn commit(store: &Store, batch: Vec<(Queued, Reply)>) {
+/// Commits a batch and answers each delivery; `Err` with the reason when the database was
+/// unavailable.
+async fn commit(store: &Store, batch: Vec<(Queued, Reply)>) -> Result<(), String> {
     metrics::histogram!("hookgate_intake_batch_size").record(batch.len() as f64);
     let news: Vec<NewDelivery<'_>> = batch.iter().map(|(queued, _)| queued.as_new()).collect();
     match store.record_intake_batch(&news).await {
@@ -184,9 +199,11 @@ async fn commit(store: &Store, batch: Vec<(Queued, Reply)>) {
             for ((_, reply), record) in batch.into_iter().zip(records) {
                 let _ = reply.send(Ok(record));
             }
+            Ok(())
         }
         Err(error) if error.is_unavailable() || batch.len() == 1 => {
             let text = error.to_string();
+            let down = error.is_unavailable();
             drop(news);
             let mut batch = batch.into_iter();
             if let Some((_, reply)) = batch.next() {
@@ -195,15 +212,28 @@ async fn commit(store: &Store, batch: Vec<(Queued, Reply)>) {
             for (_, reply) in batch {
                 let _ = reply.send(Err(unavailable(&text)));
             }
+            if down { Err(text) } else { Ok(()) }
         }
         Err(error) => {
             // Something in the batch failed it: each alone, so that only that one fails.
             tracing::warn!(%error, deliveries = batch.len(), "an intake batch failed; recording each alone");
             drop(news);
+            let mut down: Option<String> = None;
             for (queued, reply) in batch {
+                // Once the database is gone, the rest would each wait out an acquire timeout.
+                if let Some(why) = &down {
+                    let _ = reply.send(Err(unavailable(why)));
+                    continue;
+                }
                 let record = store.record_intake(&queued.as_new()).await;
+                if let Err(error) = &record
+                    && error.is_unavailable()
+                {
+                    down = Some(error.to_string());
+                }
                 let _ = reply.send(record);
             }
+            down.map_or(Ok(()), Err)
         }
     }
 }

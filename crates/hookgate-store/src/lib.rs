@@ -178,6 +178,9 @@ pub struct NewOutboxItem {
     pub version_text: Option<String>,
 }
 
+/// Rows of the outbox or evidence insert of a batch in one statement at most (10 values a row).
+const ROWS_PER_STATEMENT_MAX: usize = 1000;
+
 /// What the inbox made of a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntakeRecord {
@@ -500,6 +503,10 @@ impl Store {
         Ok(records.pop().expect("one record per delivery"))
     }
 
+    /// Rows in one multi-row statement at most: 12 values a row stays far below the bound
+    /// values SQLite (32,766) and PostgreSQL (65,535) allow.
+    pub const INTAKE_BATCH_MAX: usize = 1024;
+
     /// Records several deliveries in one transaction, one commit (one WAL sync) for all: group
     /// commit. Each gets its own record, as if recorded alone. New events take three
     /// statements for the whole batch (events, outbox items, evidence); a repeated key is
@@ -513,6 +520,13 @@ impl Store {
         let key_of = |d: &NewDelivery<'_>| -> (String, String, String) {
             (d.pipeline.to_owned(), d.scope.to_owned(), d.key.to_owned())
         };
+        if deliveries.len() > Self::INTAKE_BATCH_MAX {
+            let mut records = Vec::with_capacity(deliveries.len());
+            for chunk in deliveries.chunks(Self::INTAKE_BATCH_MAX) {
+                records.extend(Box::pin(self.record_intake_batch(chunk)).await?);
+            }
+            return Ok(records);
+        }
         let mut order: Vec<usize> = (0..deliveries.len()).collect();
         order.sort_by_key(|&i| (deliveries[i].pipeline, deliveries[i].scope, deliveries[i].key));
         // The first delivery of each key may be a new event; the others repeat it.
@@ -570,12 +584,13 @@ impl Store {
                     deliveries[i].outbox.iter().map(move |item| (event_id, &deliveries[i], item))
                 })
                 .collect();
-            if !items.is_empty() {
+            // Chunks keep every statement well under SQLite's 32,766 bound values.
+            for items in items.chunks(ROWS_PER_STATEMENT_MAX) {
                 let mut outbox = sqlx::QueryBuilder::new(
                     "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, \
                      next_attempt_at_ms, created_at_ms, version_text) ",
                 );
-                outbox.push_values(&items, |mut row, (event_id, d, item)| {
+                outbox.push_values(items, |mut row, (event_id, d, item)| {
                     row.push_bind(*event_id)
                         .push_bind(d.pipeline)
                         .push_bind(item.target.as_str())
@@ -589,12 +604,12 @@ impl Store {
                 });
                 outbox.build().execute(&mut *tx).await?;
             }
-            if !accepted.is_empty() {
+            for accepted in accepted.chunks(ROWS_PER_STATEMENT_MAX) {
                 let mut evidence = sqlx::QueryBuilder::new(
                     "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
                      fingerprint, headers, body, sealed_with) ",
                 );
-                evidence.push_values(&accepted, |mut row, &(i, event_id)| {
+                evidence.push_values(accepted, |mut row, &(i, event_id)| {
                     let d = &deliveries[i];
                     row.push_bind(d.pipeline)
                         .push_bind(event_id)
@@ -666,7 +681,9 @@ impl Store {
                 .await?;
                 records[i] = Some(record);
             }
-            tx.commit().await?;
+            // A commit that fails may have landed or not: unavailable, so that the senders
+            // retry (a duplicate if it landed) and nothing is recorded again here.
+            tx.commit().await.map_err(StoreError::Unavailable)?;
             Ok(records.into_iter().map(|r| r.expect("every delivery recorded")).collect())
         })
     }

@@ -422,7 +422,7 @@ struct ServeArgs {
           value_parser = clap::value_parser!(u16).range(1..=1024))]
     intake_batch_max: u16,
     /// Deliveries waiting for a commit at most; one more is answered 503 with Retry-After.
-    #[arg(long, env = "HOOKGATE_INTAKE_QUEUE_MAX", default_value_t = 4096,
+    #[arg(long, env = "HOOKGATE_INTAKE_QUEUE_MAX", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     intake_queue_max: u32,
     /// Intake transactions in flight at once on PostgreSQL (SQLite has one writer: 1). One
