@@ -182,6 +182,16 @@ fn start(binary: &Path, dir: &Path, database_url: &str, extra: &[&str]) -> Resul
     Ok(Server { child, base: address.to_owned() })
 }
 
+/// The body every delivery carries, and its GitHub signature.
+fn signed_body() -> (Arc<Vec<u8>>, Arc<String>) {
+    let body: Vec<u8> = (0..BODY_BYTES).map(|i| b'a' + (i % 26) as u8).collect();
+    let signature = format!(
+        "sha256={}",
+        Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]))
+    );
+    (Arc::new(body), Arc::new(signature))
+}
+
 /// Sends `count` distinct signed deliveries (keys from `first_key`) to `path` with
 /// `concurrency` in flight; returns deliveries per second and the sorted latencies.
 async fn fire(
@@ -193,11 +203,7 @@ async fn fire(
     expect: u16,
 ) -> Result<(f64, Vec<Duration>)> {
     let client = reqwest::Client::new();
-    let body: Arc<Vec<u8>> = Arc::new((0..BODY_BYTES).map(|i| b'a' + (i % 26) as u8).collect());
-    let signature = Arc::new(format!(
-        "sha256={}",
-        Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]))
-    ));
+    let (body, signature) = signed_body();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -330,11 +336,7 @@ fn pgbench(
 /// (open loop); latencies count from each request's scheduled time, so a stall is not hidden.
 async fn fire_open(base: &str, first_key: usize, rate: f64, seconds: u64) -> Result<Vec<Duration>> {
     let client = reqwest::Client::new();
-    let body: Arc<Vec<u8>> = Arc::new((0..BODY_BYTES).map(|i| b'a' + (i % 26) as u8).collect());
-    let signature = Arc::new(format!(
-        "sha256={}",
-        Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]))
-    ));
+    let (body, signature) = signed_body();
     let count = (rate * seconds as f64) as usize;
     let started = tokio::time::Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
