@@ -21,7 +21,8 @@ impl Harness for Crm {
             Fault::LostResponse => "lost_response",
             Fault::BadCredentials => "bad_credentials",
         });
-        let settings = serde_json::json!({"path": self.dir.path().join("crm.json"), "fault": fault});
+        let settings =
+            serde_json::json!({"path": self.dir.path().join("crm.json"), "fault": fault});
         let settings = serde_json::from_value(settings).expect("settings");
         let credentials = Credentials::from([("token".to_owned(), Secret::new("t0ken"))]);
         Box::pin(async move {
