@@ -121,7 +121,7 @@ impl GroupCommit {
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..config.committers.max(1) {
             let (store, receiver) = (store.clone(), Arc::clone(&receiver));
-            tokio::spawn(committer(store, receiver, config.batch_max.max(1)));
+            tokio::spawn(supervised(store, receiver, config.batch_max.max(1)));
         }
         GroupCommit { queue, wait_max: config.wait_max }
     }
@@ -148,6 +148,26 @@ impl GroupCommit {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(unavailable("the intake committer stopped")),
             Err(_) => Err(unavailable("no commit within the intake wait")),
+        }
+    }
+}
+
+/// Runs a committer, and starts it again if it panics: the queue must outlive a bug, or every
+/// later delivery would be refused. The batch it held is answered 503 (its replies dropped).
+async fn supervised(
+    store: Store,
+    receiver: Arc<Mutex<mpsc::Receiver<(Queued, Reply)>>>,
+    batch_max: usize,
+) {
+    loop {
+        let task = tokio::spawn(committer(store.clone(), Arc::clone(&receiver), batch_max));
+        match task.await {
+            Err(error) if error.is_panic() => {
+                tracing::error!("an intake committer panicked; starting it again");
+                metrics::counter!("hookgate_intake_committer_panics_total").increment(1);
+            }
+            // The queue closed (every handle dropped), or the runtime is shutting down.
+            _ => return,
         }
     }
 }

@@ -117,7 +117,7 @@ impl Registry {
                 }
             };
             for library in libraries {
-                let plugin = match Plugin::load(&library) {
+                let plugin = match load_within(&library, PLUGIN_LOAD_TIMEOUT) {
                     Ok(plugin) => plugin,
                     Err(error) => {
                         diagnostics.push(problem(
@@ -298,6 +298,30 @@ impl Registry {
                 (format!("{}.settings.schema.json", entry.description.kind), text)
             })
             .collect()
+    }
+}
+
+/// How long a plugin may take to load and describe itself.
+const PLUGIN_LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Loads a plugin on a thread of its own, so that a library whose initialiser or `describe`
+/// never returns is an error, not a hung `check` or start. (That thread is then left behind.)
+fn load_within(
+    library: &Path,
+    timeout: std::time::Duration,
+) -> Result<Plugin, Box<dyn std::error::Error + Send + Sync>> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let path = library.to_path_buf();
+    std::thread::Builder::new().name("hookgate-plugin-load".into()).spawn(move || {
+        let _ = sender.send(Plugin::load(&path));
+    })?;
+    match receiver.recv_timeout(timeout) {
+        Ok(loaded) => Ok(loaded?),
+        Err(_) => Err(format!(
+            "{}: did not load and describe itself within {timeout:?}",
+            library.display()
+        )
+        .into()),
     }
 }
 
