@@ -141,30 +141,11 @@ impl Plugin {
         settings: &std::collections::BTreeMap<String, serde_json::Value>,
         credentials: &Credentials,
     ) -> Result<(), PluginError> {
-        let failed = |message: String| PluginError::Create {
-            kind: self.description.kind.clone(),
-            path: self.path.clone(),
-            message,
-        };
-        let request = CreateRequest {
-            settings: settings.clone(),
-            credentials: credentials
-                .iter()
-                .map(|(name, secret)| (name.clone(), secret.expose().to_owned()))
-                .collect(),
-        };
-        let body = serde_json::to_vec(&request).map_err(|e| failed(e.to_string()))?;
-        let mut instance: *mut Instance = std::ptr::null_mut();
-        let answer = (self.table.create)(body.as_ptr(), body.len(), &mut instance);
+        let body = self.create_request(settings, credentials)?;
+        let (bytes, instance) = call_create(self.table, &body);
         // Destroyed whatever the answer says: nothing else will use it.
         drop((!instance.is_null()).then_some(Handle { table: self.table, instance }));
-        let bytes = take(self.table, answer, DESCRIBE_BYTES_MAX)
-            .map_err(|len| failed(format!("an answer of {len} bytes")))?;
-        match serde_json::from_slice::<Outcome<Description>>(&bytes) {
-            Ok(Outcome::Ok(_)) => Ok(()),
-            Ok(Outcome::Err(message)) => Err(failed(message)),
-            Err(e) => Err(failed(format!("not an instance description: {e}"))),
-        }
+        self.read_created(bytes).map(drop)
     }
 
     /// Builds an instance. Creation may block (a plugin may connect to its CRM), so it runs
@@ -175,39 +156,21 @@ impl Plugin {
         credentials: &Credentials,
         limits: Limits,
     ) -> Result<PluginConnector, PluginError> {
-        let failed = |message: String| PluginError::Create {
-            kind: self.description.kind.clone(),
-            path: self.path.clone(),
-            message,
-        };
-        let request = CreateRequest {
-            settings: settings.clone(),
-            credentials: credentials
-                .iter()
-                .map(|(name, secret)| (name.clone(), secret.expose().to_owned()))
-                .collect(),
-        };
-        let body = serde_json::to_vec(&request).map_err(|e| failed(e.to_string()))?;
+        let body = self.create_request(settings, credentials)?;
         let table = self.table;
         let created = tokio::task::spawn_blocking(move || {
-            let mut instance: *mut Instance = std::ptr::null_mut();
-            let answer = (table.create)(body.as_ptr(), body.len(), &mut instance);
-            let bytes = take(table, answer, DESCRIBE_BYTES_MAX);
+            let (bytes, instance) = call_create(table, &body);
             (bytes, SendPointer(instance))
         });
         let (bytes, instance) = tokio::time::timeout(limits.call_timeout + limits.grace, created)
             .await
-            .map_err(|_| failed(format!("no answer within {:?}", limits.call_timeout)))?
-            .map_err(|e| failed(format!("the call failed: {e}")))?;
+            .map_err(|_| self.create_failed(format!("no answer within {:?}", limits.call_timeout)))?
+            .map_err(|e| self.create_failed(format!("the call failed: {e}")))?;
         let instance = instance.0;
         let handle = (!instance.is_null()).then(|| Handle { table, instance });
-        let bytes = bytes.map_err(|len| failed(format!("an answer of {len} bytes")))?;
-        let description = match serde_json::from_slice::<Outcome<Description>>(&bytes) {
-            Ok(Outcome::Ok(description)) => description,
-            Ok(Outcome::Err(message)) => return Err(failed(message)),
-            Err(e) => return Err(failed(format!("not an instance description: {e}"))),
-        };
-        let handle = handle.ok_or_else(|| failed("the plugin made no instance".to_owned()))?;
+        let description = self.read_created(bytes)?;
+        let handle =
+            handle.ok_or_else(|| self.create_failed("the plugin made no instance".to_owned()))?;
         Ok(PluginConnector {
             kind: self.description.kind.clone(),
             handle: Arc::new(handle),
@@ -217,6 +180,48 @@ impl Plugin {
             writes: Writes::default(),
         })
     }
+
+    fn create_failed(&self, message: String) -> PluginError {
+        PluginError::Create {
+            kind: self.description.kind.clone(),
+            path: self.path.clone(),
+            message,
+        }
+    }
+
+    /// `create`'s request: the settings and the credentials' values.
+    fn create_request(
+        &self,
+        settings: &std::collections::BTreeMap<String, serde_json::Value>,
+        credentials: &Credentials,
+    ) -> Result<Vec<u8>, PluginError> {
+        let request = CreateRequest {
+            settings: settings.clone(),
+            credentials: credentials
+                .iter()
+                .map(|(name, secret)| (name.clone(), secret.expose().to_owned()))
+                .collect(),
+        };
+        serde_json::to_vec(&request).map_err(|e| self.create_failed(e.to_string()))
+    }
+
+    /// The instance's description from `create`'s answer, or the plugin's refusal.
+    fn read_created(&self, bytes: Result<Vec<u8>, usize>) -> Result<Description, PluginError> {
+        let bytes = bytes.map_err(|len| self.create_failed(format!("an answer of {len} bytes")))?;
+        match serde_json::from_slice::<Outcome<Description>>(&bytes) {
+            Ok(Outcome::Ok(description)) => Ok(description),
+            Ok(Outcome::Err(message)) => Err(self.create_failed(message)),
+            Err(e) => Err(self.create_failed(format!("not an instance description: {e}"))),
+        }
+    }
+}
+
+/// Calls the plugin's `create`: its answer (or the length of one too long to read) and the
+/// instance it made, if any.
+fn call_create(table: &PluginTable, body: &[u8]) -> (Result<Vec<u8>, usize>, *mut Instance) {
+    let mut instance: *mut Instance = std::ptr::null_mut();
+    let answer = (table.create)(body.as_ptr(), body.len(), &mut instance);
+    (take(table, answer, DESCRIBE_BYTES_MAX), instance)
 }
 
 /// Refuses a table of another ABI version, or one shorter than this version's.
