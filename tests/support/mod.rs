@@ -451,6 +451,7 @@ pub async fn mock_crm(path: &str) -> hookgate_connector_mock::MockCrm {
         path: path.to_owned(),
         idempotency: false,
         faults: Default::default(),
+        batch_max: 1,
     })
     .await
     .expect("the mock CRM opens")

@@ -32,17 +32,51 @@ use sha2::Digest;
 const SECRET: &str = "bench-secret";
 const BODY_BYTES: usize = 4096;
 
-pub fn run(root: &Path, deliveries: usize, concurrency: usize) -> Result<()> {
+/// What to measure, from `cargo xtask bench`'s flags.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub deliveries: usize,
+    pub concurrency: usize,
+    pub drain_writes: usize,
+    pub backlogs: Vec<usize>,
+    pub drain_workers: usize,
+    pub parts: Vec<Part>,
+}
+
+/// The parts of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    Verify,
+    Intake,
+    Drain,
+}
+
+impl Options {
+    fn args(&self) -> Vec<String> {
+        let list = |values: &mut dyn Iterator<Item = String>| values.collect::<Vec<_>>().join(",");
+        vec![
+            "--deliveries".into(),
+            self.deliveries.to_string(),
+            "--concurrency".into(),
+            self.concurrency.to_string(),
+            "--drain-writes".into(),
+            self.drain_writes.to_string(),
+            "--backlogs".into(),
+            list(&mut self.backlogs.iter().map(usize::to_string)),
+            "--drain-workers".into(),
+            self.drain_workers.to_string(),
+            "--only".into(),
+            list(&mut self.parts.iter().map(|part| format!("{part:?}").to_lowercase())),
+        ]
+    }
+}
+
+pub fn run(root: &Path, options: &Options) -> Result<()> {
     // Measure optimized code only: a debug xtask runs itself again in release.
     if cfg!(debug_assertions) {
         let status = Command::new("cargo")
             .args(["run", "--release", "--quiet", "-p", "xtask", "--", "bench"])
-            .args([
-                "--deliveries",
-                &deliveries.to_string(),
-                "--concurrency",
-                &concurrency.to_string(),
-            ])
+            .args(options.args())
             .current_dir(root)
             .status()
             .context("cargo run --release")?;
@@ -51,10 +85,13 @@ pub fn run(root: &Path, deliveries: usize, concurrency: usize) -> Result<()> {
         }
         return Ok(());
     }
+    let Options { deliveries, concurrency, .. } = *options;
     println!(
         "cargo xtask bench: {deliveries} deliveries at concurrency {concurrency}, bodies of {BODY_BYTES} bytes\n"
     );
-    verify_bench();
+    if options.parts.contains(&Part::Verify) {
+        verify_bench();
+    }
     let status = Command::new("cargo")
         .args(["build", "--release", "--quiet", "-p", "hookgate"])
         .current_dir(root)
@@ -69,11 +106,28 @@ pub fn run(root: &Path, deliveries: usize, concurrency: usize) -> Result<()> {
     runtime.block_on(async {
         hookgate_connector_http::install_crypto_provider();
         let dir = tempfile::tempdir()?;
-        let postgres = hookgate_store::testing::fresh_postgres_database().await;
-        let result = postgres_bench(&binary, dir.path(), &postgres, deliveries, &mut report).await;
-        hookgate_store::testing::drop_postgres_database(&postgres).await;
-        result?;
-        sqlite_bench(&binary, dir.path(), deliveries, concurrency, &mut report).await
+        let mut intake_peak = None;
+        if options.parts.contains(&Part::Intake) {
+            let postgres = hookgate_store::testing::fresh_postgres_database().await;
+            let result =
+                postgres_bench(&binary, dir.path(), &postgres, deliveries, &mut report).await;
+            hookgate_store::testing::drop_postgres_database(&postgres).await;
+            intake_peak = Some(result?);
+            sqlite_bench(&binary, dir.path(), deliveries, concurrency, &mut report).await?;
+        }
+        if options.parts.contains(&Part::Drain) {
+            drain_bench(
+                &binary,
+                dir.path(),
+                options.drain_writes,
+                &options.backlogs,
+                options.drain_workers,
+                intake_peak,
+                &mut report,
+            )
+            .await?;
+        }
+        anyhow::Ok(())
     })?;
     let out = root.join("target/bench");
     std::fs::create_dir_all(&out)?;
@@ -151,20 +205,13 @@ fn start(binary: &Path, dir: &Path, database_url: &str, extra: &[&str]) -> Resul
     let pipeline = dir.join("bench.yaml");
     std::fs::write(
         &pipeline,
-        "name: bench\nsignature:\n  scheme: github\n  secrets: [{env: BENCH_SECRET}]\nkey:\n  header: X-Id\ntargets:\n  - name: t\n    connector: crm\n    object: o\n    external_id: {field: id, value: \"{{ headers['x-id'] }}\"}\n",
+        "name: bench\nsignature:\n  scheme: github\n  secrets: [{env: BENCH_SECRET}]\nkey:\n  header: X-Id\ntargets:\n  - name: t\n    connector: crm\n    object: o\n    external_id: {field: id, value: \"{{ event.key }}\"}\n",
     )?;
     let mut child = Command::new(binary)
-        .args([
-            "serve",
-            "--database-url",
-            database_url,
-            "--listen",
-            "127.0.0.1:0",
-            "--workers",
-            "0",
-            "--instances",
-        ])
+        .args(["serve", "--database-url", database_url, "--listen", "127.0.0.1:0", "--instances"])
         .arg(&instances)
+        // Intake only, unless the caller asks for workers.
+        .args(if extra.contains(&"--workers") { &[][..] } else { &["--workers", "0"][..] })
         .args(extra)
         .arg(&pipeline)
         .env("BENCH_SECRET", SECRET)
@@ -260,14 +307,21 @@ const WARM_UP: usize = 100;
 
 /// Average deliveries per intake transaction so far, from the server's `/metrics`.
 async fn average_batch(base: &str) -> Option<f64> {
+    average(base, "hookgate_intake_batch_size").await
+}
+
+/// The average of a histogram of the server's `/metrics`, over all its labels.
+async fn average(base: &str, histogram: &str) -> Option<f64> {
     let text = reqwest::get(format!("{base}/metrics")).await.ok()?.text().await.ok()?;
-    let value = |name: &str| {
+    let total = |suffix: &str| -> f64 {
+        let name = format!("{histogram}_{suffix}");
         text.lines()
-            .find(|line| line.starts_with(name))
-            .and_then(|line| line.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|line| line.starts_with(&name))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     };
-    Some(value("hookgate_intake_batch_size_sum")? / value("hookgate_intake_batch_size_count")?)
+    let count = total("count");
+    (count > 0.0).then(|| total("sum") / count)
 }
 
 /// pgbench's result: transactions per second and per-transaction latencies.
@@ -397,7 +451,7 @@ async fn postgres_bench(
     url: &str,
     deliveries: usize,
     report: &mut Report,
-) -> Result<()> {
+) -> Result<f64> {
     println!("intake on PostgreSQL, closed loop, {BODY_BYTES}-byte bodies:");
     let batched = start(binary, dir, url, &["--db-max-connections", "16"])?;
     let unbatched =
@@ -463,7 +517,7 @@ async fn postgres_bench(
     );
     report.add(serde_json::json!({"measure": "open-loop p99 at 0.8x peak", "backend": "postgres", "per_second": rate, "p99_ms": p99, "baseline": "pgbench -R", "baseline_p99_ms": base_p99, "ratio": p99 / base_p99}));
     memory(report, &batched, "postgres");
-    Ok(())
+    Ok(peak)
 }
 
 async fn sqlite_bench(
@@ -514,4 +568,153 @@ fn memory(report: &mut Report, server: &Server, backend: &str) {
         report
             .add(serde_json::json!({"measure": "peak RSS MiB", "backend": backend, "value": rss}));
     }
+}
+
+/// Runs SQL through `psql` and returns its unaligned output.
+fn psql(url: &str, sql: &str) -> Result<String> {
+    let output = Command::new("psql")
+        .args(["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
+        .output()
+        .context("psql (Debian's postgresql-client)")?;
+    if !output.status.success() {
+        bail!("psql failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// Drain: writes per second from the outbox into a zero-latency mock CRM, by a release
+/// `hookgate serve` with `workers` workers, on PostgreSQL. For each backlog size, a fresh
+/// database holds `backlog + writes` pending writes (one entity each, copied in SQL from one
+/// delivery taken through intake); the rate is `writes` over the time until that many are
+/// done. The backlog's extra writes are as due as the measured ones: the lease query must
+/// find work without walking them.
+async fn drain_bench(
+    binary: &Path,
+    dir: &Path,
+    writes: usize,
+    backlogs: &[usize],
+    workers: usize,
+    intake_peak: Option<f64>,
+    report: &mut Report,
+) -> Result<()> {
+    println!("\ndrain on PostgreSQL into a zero-latency mock CRM, {workers} workers:");
+    let mut first_rate = None;
+    for &backlog in backlogs {
+        let url = hookgate_store::testing::fresh_postgres_database().await;
+        let result = drain_once(binary, dir, &url, writes, backlog, workers).await;
+        hookgate_store::testing::drop_postgres_database(&url).await;
+        let (rate, calls) = result?;
+        let baseline = first_rate.unwrap_or(rate);
+        first_rate.get_or_insert(rate);
+        let per_call = calls.map(|calls| writes as f64 / calls.max(1) as f64);
+        println!(
+            "drain     backlog {backlog:>8}  {rate:>8.0} writes/s   vs empty backlog {:.2}{}{}",
+            rate / baseline,
+            intake_peak
+                .map(|peak| format!("   vs intake peak {:.2}", rate / peak))
+                .unwrap_or_default(),
+            per_call.map(|n| format!("   {n:.1} records per CRM call")).unwrap_or_default(),
+        );
+        report.add(serde_json::json!({
+            "measure": "drain", "backend": "postgres", "backlog": backlog, "workers": workers,
+            "per_second": rate, "ratio_to_empty_backlog": rate / baseline,
+            "intake_peak_per_second": intake_peak, "ratio_to_intake_peak": intake_peak.map(|p| rate / p),
+            "records_per_crm_call": per_call,
+        }));
+    }
+    Ok(())
+}
+
+/// One drain run; returns writes per second and, when the mock CRM counts them, its calls.
+async fn drain_once(
+    binary: &Path,
+    dir: &Path,
+    url: &str,
+    writes: usize,
+    backlog: usize,
+    workers: usize,
+) -> Result<(f64, Option<u64>)> {
+    let crm = dir.join("crm.sqlite");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", crm.display()));
+    }
+    {
+        // Intake only: migrates, and takes the one delivery the backlog is copied from.
+        let intake = start(binary, dir, url, &["--workers", "0"])?;
+        let client = reqwest::Client::new();
+        let body = br#"{"id":"template","name":"A customer","email":"a@example.com"}"#.to_vec();
+        let signature = format!(
+            "sha256={}",
+            Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]))
+        );
+        let response = client
+            .post(format!("{}/hooks/bench", intake.base))
+            .header("X-Id", "template")
+            .header("X-Hub-Signature-256", signature)
+            .body(body)
+            .send()
+            .await?;
+        if response.status().as_u16() != 202 {
+            bail!("the template delivery was answered {}", response.status());
+        }
+    }
+    let total = backlog + writes;
+    let seeding = Instant::now();
+    psql(
+        url,
+        &format!(
+            "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, body, \
+               state, delivery_count, last_delivery_at_ms, sealed_with) \
+             SELECT pipeline, scope, 'seed-' || g, fingerprint, event_type, received_at_ms - 10000000 + g, \
+               replace(headers, '\"template\"', '\"seed-' || g || '\"'), body, \
+               'accepted', 1, last_delivery_at_ms, sealed_with \
+             FROM events, generate_series(1, {total}) AS g WHERE event_key = 'template'; \
+             INSERT INTO outbox (event_id, pipeline, target, target_index, entity, state, next_attempt_at_ms, created_at_ms) \
+             SELECT id, pipeline, 't', 0, event_key, 'pending', received_at_ms, received_at_ms \
+             FROM events WHERE event_key LIKE 'seed-%'; \
+             ANALYZE;"
+        ),
+    )?;
+    println!("    seeded {total} pending writes in {:.1} s", seeding.elapsed().as_secs_f64());
+    let done = || -> Result<usize> {
+        Ok(psql(url, "SELECT count(*) FROM outbox WHERE state = 'done'")?.parse()?)
+    };
+    let before = done()?;
+    let server = start(binary, dir, url, &["--workers", &workers.to_string()])?;
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if done()? >= before + writes {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            bail!("the drain did not finish {writes} writes in 600 s");
+        }
+    }
+    let rate = writes as f64 / started.elapsed().as_secs_f64();
+    let calls = crm_calls(&server.base).await;
+    for histogram in [
+        "hookgate_lease_seconds",
+        "hookgate_lease_size",
+        "hookgate_begin_batch_size",
+        "hookgate_finish_batch_size",
+        "hookgate_crm_batch_size",
+    ] {
+        if let Some(value) = average(&server.base, histogram).await {
+            println!("    average {histogram}: {value:.1}");
+        }
+    }
+    drop(server);
+    Ok((rate, calls))
+}
+
+/// Write calls made to CRMs so far, from the server's `/metrics`, if it counts them.
+async fn crm_calls(base: &str) -> Option<u64> {
+    let text = reqwest::get(format!("{base}/metrics")).await.ok()?.text().await.ok()?;
+    let calls: f64 = text
+        .lines()
+        .filter(|line| line.starts_with("hookgate_crm_write_calls_total"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    (calls > 0.0).then_some(calls as u64)
 }

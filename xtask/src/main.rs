@@ -51,6 +51,18 @@ enum Command {
         deliveries: usize,
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
+        /// Writes timed per drain run.
+        #[arg(long, default_value_t = 20_000)]
+        drain_writes: usize,
+        /// Pending writes besides the timed ones, one drain run each.
+        #[arg(long, value_delimiter = ',', default_values_t = [0, 100_000, 1_000_000])]
+        backlogs: Vec<usize>,
+        /// Workers of the draining server.
+        #[arg(long, default_value_t = 256)]
+        drain_workers: usize,
+        /// Run only these parts.
+        #[arg(long, value_enum, value_delimiter = ',', default_values_t = [bench::Part::Verify, bench::Part::Intake, bench::Part::Drain])]
+        only: Vec<bench::Part>,
     },
     /// Coverage-guided fuzzing of signature verification, identity derivation, operator files
     /// and templates (cargo-fuzz, installed if missing). A crash fails the run and leaves its
@@ -145,8 +157,16 @@ fn main() -> Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Bench { deliveries, concurrency } => {
-            bench::run(&root, deliveries, concurrency)?;
+        Command::Bench { deliveries, concurrency, drain_writes, backlogs, drain_workers, only } => {
+            let options = bench::Options {
+                deliveries,
+                concurrency,
+                drain_writes,
+                backlogs,
+                drain_workers,
+                parts: only,
+            };
+            bench::run(&root, &options)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Chaos {

@@ -4,6 +4,12 @@
 //!   is the external-id field (a property with unique values) and whose `id` is its value;
 //!   the answer's `new` flag says whether the record was created. The idempotency key travels
 //!   as `objectWriteTraceId` (a label, not a deduplication key: HubSpot documents none).
+//! - **Batches**: the same call with up to [`BATCH_INPUTS_MAX`] inputs of one object type; a
+//!   single upsert is a batch of one, so both are read by the same code. Results are matched
+//!   to inputs by id value, not by position (HubSpot does not promise input order); an input's
+//!   own error in a 207 answer is classified by its category; an input the answer does not
+//!   mention is ambiguous. Update-only writes cannot go in a batch upsert (it would create):
+//!   each is its own update call.
 //! - **Update only**: `PATCH /crm/v3/objects/{type}/{value}?idProperty={field}`, which never
 //!   creates.
 //! - **Lookup**: `GET /crm/v3/objects/{type}/{value}?idProperty={field}&properties=...`. Not
@@ -46,6 +52,9 @@ fn default_base_url() -> String {
 
 /// The credentials a HubSpot instance needs.
 pub const CREDENTIALS: &[&str] = &["token"];
+
+/// Inputs HubSpot takes in one batch upsert.
+pub const BATCH_INPUTS_MAX: usize = 100;
 
 /// Rate-limit headers kept with each attempt.
 const RATE_LIMIT_HEADERS: &[&str] = &[
@@ -106,44 +115,64 @@ impl HubSpot {
         if request.operation == Operation::UpdateOnly {
             return self.update_only(request).await;
         }
-        let url = self.url(&[&request.object, "batch", "upsert"])?;
-        let body = json!({"inputs": [{
-            "idProperty": request.external_id_field,
-            "id": request.external_id_value,
-            "properties": request.fields,
-            "objectWriteTraceId": request.idempotency_key,
-        }]});
-        let response = self.send(self.client.post(url).json(&body)).await?;
-        let answer = with_rate_limits(&response);
+        // One write is a batch of one: the same call, read by the same code.
+        self.batch_upsert(&[request]).await.pop().unwrap_or_else(|| {
+            Err(ConnectorError::Ambiguous {
+                message: "no outcome for a batch of one".into(),
+                answer: Answer::default(),
+            })
+        })
+    }
+
+    async fn upsert_batch_inner(
+        &self,
+        requests: &[UpsertRequest],
+    ) -> Vec<Result<UpsertOutcome, ConnectorError>> {
+        let calls = plan_calls(requests);
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for index in calls.update_only {
+            outcomes.push((index, self.update_only(&requests[index]).await));
+        }
+        for call in calls.batches {
+            let batch: Vec<&UpsertRequest> = call.iter().map(|&index| &requests[index]).collect();
+            outcomes.extend(call.into_iter().zip(self.batch_upsert(&batch).await));
+        }
+        // Every index is in exactly one call, so this is one outcome per request, in order.
+        outcomes.sort_by_key(|(index, _)| *index);
+        outcomes.into_iter().map(|(_, outcome)| outcome).collect()
+    }
+
+    /// One batch upsert call of writes to one object type, no two to one record; one outcome
+    /// per write, in the order given.
+    async fn batch_upsert(
+        &self,
+        requests: &[&UpsertRequest],
+    ) -> Vec<Result<UpsertOutcome, ConnectorError>> {
+        let Some(first) = requests.first() else { return Vec::new() };
+        let url = match self.url(&[&first.object, "batch", "upsert"]) {
+            Ok(url) => url,
+            Err(error) => return every(requests.len(), error),
+        };
+        let inputs: Vec<serde_json::Value> = requests
+            .iter()
+            .map(|request| {
+                json!({
+                    "idProperty": request.external_id_field,
+                    "id": request.external_id_value,
+                    "properties": request.fields,
+                    "objectWriteTraceId": request.idempotency_key,
+                })
+            })
+            .collect();
+        let response = match self.send(self.client.post(url).json(&json!({"inputs": inputs}))).await
+        {
+            Ok(response) => response,
+            Err(error) => return every(requests.len(), error),
+        };
         match response.status {
-            200 | 201 => {
-                #[derive(Deserialize)]
-                struct Batch {
-                    results: Vec<BatchResult>,
-                }
-                #[derive(Deserialize)]
-                struct BatchResult {
-                    id: String,
-                    #[serde(default)]
-                    new: bool,
-                }
-                let batch: Batch = serde_json::from_str(&response.body).map_err(|e| {
-                    ConnectorError::Ambiguous {
-                        message: format!("unreadable answer to a write: {e}"),
-                        answer: answer.clone(),
-                    }
-                })?;
-                let Some(result) = batch.results.into_iter().next() else {
-                    return Err(ConnectorError::Ambiguous {
-                        message: "a batch answer without results".into(),
-                        answer,
-                    });
-                };
-                Ok(UpsertOutcome { record_id: result.id, created: result.new, answer })
-            }
-            // Multi-status: the input failed with its own error.
-            207 => Err(ConnectorError::Rejected { message: message(&response.body), answer }),
-            status => Err(classify(status, &response, false)),
+            // 207: some inputs failed, each with its own error.
+            200 | 201 | 207 => read_batch_answer(requests, &response),
+            status => every(requests.len(), classify(status, &response, false)),
         }
     }
 
@@ -201,6 +230,222 @@ impl HubSpot {
             404 => Ok(LookupOutcome::NotFound { answer }),
             status => Err(classify(status, &response, false)),
         }
+    }
+}
+
+/// How a batch goes out: calls of writes that can share a batch upsert, and the update-only
+/// writes, one call each.
+#[derive(Debug, Default)]
+struct Calls {
+    /// Indexes of the writes of each batch upsert call.
+    batches: Vec<Vec<usize>>,
+    update_only: Vec<usize>,
+}
+
+/// Groups writes into batch upsert calls: one object type per call (it is in the URL), at most
+/// [`BATCH_INPUTS_MAX`] inputs, and never two writes of one record in a call (HubSpot rejects
+/// a whole batch with a duplicate id; the engine does not send one, and this keeps a mistake
+/// from failing every write of the call).
+fn plan_calls(requests: &[UpsertRequest]) -> Calls {
+    let mut calls = Calls::default();
+    for (index, request) in requests.iter().enumerate() {
+        if request.operation == Operation::UpdateOnly {
+            calls.update_only.push(index);
+            continue;
+        }
+        let fits = |call: &Vec<usize>| {
+            call.len() < BATCH_INPUTS_MAX
+                && call.first().is_some_and(|&first| requests[first].object == request.object)
+                && !call.iter().any(|&other| same_record(&requests[other], request))
+        };
+        match calls.batches.iter_mut().find(|call| fits(call)) {
+            Some(call) => call.push(index),
+            None => calls.batches.push(vec![index]),
+        }
+    }
+    calls
+}
+
+fn same_record(a: &UpsertRequest, b: &UpsertRequest) -> bool {
+    a.object == b.object
+        && a.external_id_field == b.external_id_field
+        && a.external_id_value == b.external_id_value
+}
+
+/// A failure of a whole call, as the outcome of each of its writes.
+fn every(count: usize, error: ConnectorError) -> Vec<Result<UpsertOutcome, ConnectorError>> {
+    vec![Err(error); count]
+}
+
+/// One input's result in a batch answer.
+#[derive(Deserialize)]
+struct InputResult {
+    id: String,
+    #[serde(default)]
+    new: bool,
+    #[serde(default)]
+    properties: BTreeMap<String, Option<String>>,
+    #[serde(rename = "objectWriteTraceId", default)]
+    object_write_trace_id: Option<String>,
+}
+
+/// The inputs one error of a 207 answer names.
+#[derive(Deserialize)]
+struct InputError {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    context: InputErrorContext,
+    #[serde(rename = "objectWriteTraceId", default)]
+    object_write_trace_id: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+struct InputErrorContext {
+    #[serde(default)]
+    ids: Vec<String>,
+}
+
+/// Reads a 200 or 207 answer into one outcome per input. Each result and error is matched to
+/// its input by the id value it carries, else by its trace id; a lone entry left over belongs
+/// to a lone input left over. An input nothing matches may or may not have been written:
+/// ambiguous.
+fn read_batch_answer(
+    requests: &[&UpsertRequest],
+    response: &Response,
+) -> Vec<Result<UpsertOutcome, ConnectorError>> {
+    #[derive(Deserialize)]
+    struct BatchAnswer {
+        #[serde(default)]
+        results: Vec<serde_json::Value>,
+        #[serde(default)]
+        errors: Vec<serde_json::Value>,
+    }
+    let answer = with_rate_limits(response);
+    let batch: BatchAnswer = match serde_json::from_str(&response.body) {
+        Ok(batch) => batch,
+        Err(e) => {
+            let error = ConnectorError::Ambiguous {
+                message: format!("unreadable answer to a write: {e}"),
+                answer,
+            };
+            return every(requests.len(), error);
+        }
+    };
+    // Each input's own evidence is its own entry of the answer, not the whole answer.
+    let own_answer = |entry: &serde_json::Value| Answer {
+        status: answer.status,
+        excerpt: Some(hookgate_connector::excerpt(&entry.to_string())),
+        meta: answer.meta.clone(),
+    };
+    let mut outcomes: Vec<Option<Result<UpsertOutcome, ConnectorError>>> =
+        vec![None; requests.len()];
+    let mut left_over = Vec::new();
+    for entry in &batch.results {
+        let Ok(result) = serde_json::from_value::<InputResult>(entry.clone()) else {
+            left_over.push(entry);
+            continue;
+        };
+        let owner = only_match(requests, &outcomes, |request| {
+            result.properties.get(&request.external_id_field).and_then(Option::as_deref)
+                == Some(request.external_id_value.as_str())
+        })
+        .or_else(|| traced(requests, &outcomes, result.object_write_trace_id.as_deref()));
+        match owner {
+            Some(index) => {
+                outcomes[index] = Some(Ok(UpsertOutcome {
+                    record_id: result.id,
+                    created: result.new,
+                    answer: own_answer(entry),
+                }));
+            }
+            None => left_over.push(entry),
+        }
+    }
+    for entry in &batch.errors {
+        let named = serde_json::from_value::<InputError>(entry.clone()).ok();
+        let mut owners: Vec<usize> = named
+            .as_ref()
+            .map(|named| {
+                (0..requests.len())
+                    .filter(|&index| outcomes[index].is_none())
+                    .filter(|&index| {
+                        let value = &requests[index].external_id_value;
+                        named.id.as_ref() == Some(value) || named.context.ids.contains(value)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if owners.is_empty() {
+            let trace = named.as_ref().and_then(|named| named.object_write_trace_id.as_deref());
+            owners.extend(traced(requests, &outcomes, trace));
+        }
+        if owners.is_empty() {
+            left_over.push(entry);
+        }
+        for index in owners {
+            outcomes[index] = Some(Err(input_error(entry, own_answer(entry))));
+        }
+    }
+    let unanswered: Vec<usize> = (0..requests.len()).filter(|&i| outcomes[i].is_none()).collect();
+    if let ([index], [entry]) = (unanswered.as_slice(), left_over.as_slice()) {
+        let outcome = match serde_json::from_value::<InputResult>((*entry).clone()) {
+            Ok(result) => Ok(UpsertOutcome {
+                record_id: result.id,
+                created: result.new,
+                answer: own_answer(entry),
+            }),
+            Err(_) => Err(input_error(entry, own_answer(entry))),
+        };
+        outcomes[*index] = Some(outcome);
+    }
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.unwrap_or_else(|| {
+                Err(ConnectorError::Ambiguous {
+                    message: "the batch answer has no result or error for this input".into(),
+                    answer: answer.clone(),
+                })
+            })
+        })
+        .collect()
+}
+
+/// The one input still without an outcome that `is_it` picks, if exactly one.
+fn only_match(
+    requests: &[&UpsertRequest],
+    outcomes: &[Option<Result<UpsertOutcome, ConnectorError>>],
+    is_it: impl Fn(&UpsertRequest) -> bool,
+) -> Option<usize> {
+    let mut found =
+        (0..requests.len()).filter(|&index| outcomes[index].is_none() && is_it(requests[index]));
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
+/// The one input still without an outcome whose idempotency key is this trace id.
+fn traced(
+    requests: &[&UpsertRequest],
+    outcomes: &[Option<Result<UpsertOutcome, ConnectorError>>],
+    trace: Option<&str>,
+) -> Option<usize> {
+    let trace = trace?;
+    only_match(requests, outcomes, |request| request.idempotency_key == trace)
+}
+
+/// One input's error in a 207 answer, classified by its category as [`classify`] classifies
+/// the status that category comes with. The input is in `errors`, not `results`: it was not
+/// written.
+fn input_error(entry: &serde_json::Value, answer: Answer) -> ConnectorError {
+    let message = message(&entry.to_string());
+    match entry.get("category").and_then(|c| c.as_str()) {
+        Some("RATE_LIMITS") => ConnectorError::RateLimited { message, retry_after: None, answer },
+        Some("INVALID_AUTHENTICATION" | "MISSING_SCOPES") => {
+            ConnectorError::Misconfigured { message, answer }
+        }
+        Some("INTERNAL_ERROR") => ConnectorError::Retryable { message, retry_after: None, answer },
+        _ => ConnectorError::Rejected { message, answer },
     }
 }
 
@@ -283,6 +528,17 @@ impl Connector for HubSpot {
         request: &'a UpsertRequest,
     ) -> BoxFuture<'a, Result<UpsertOutcome, ConnectorError>> {
         Box::pin(self.upsert_inner(request))
+    }
+
+    fn batch_max(&self) -> usize {
+        BATCH_INPUTS_MAX
+    }
+
+    fn upsert_batch<'a>(
+        &'a self,
+        requests: &'a [UpsertRequest],
+    ) -> BoxFuture<'a, Vec<Result<UpsertOutcome, ConnectorError>>> {
+        Box::pin(self.upsert_batch_inner(requests))
     }
 
     fn lookup<'a>(

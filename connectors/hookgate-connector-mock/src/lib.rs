@@ -39,10 +39,17 @@ pub struct MockSettings {
     pub idempotency: bool,
     #[serde(default)]
     pub faults: Faults,
+    /// Writes one batch call takes at most, applied in one transaction; 1: no batch call.
+    #[serde(default = "default_batch_max")]
+    pub batch_max: usize,
 }
 
 fn yes() -> bool {
     true
+}
+
+fn default_batch_max() -> usize {
+    100
 }
 
 /// Injected faults; rates are fractions from 0 to 1, drawn per call.
@@ -218,26 +225,34 @@ impl MockCrm {
     }
 
     /// Faults that strike before anything is written.
+    /// A single write meets them in the order a CRM checks: credentials, validation, load.
     fn faults_before_write(&self, external_id: &str) -> Result<(), ConnectorError> {
-        let faults = &self.settings.faults;
         let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if self.roll(faults.misconfigured_rate) {
+        self.credential_faults()?;
+        self.record_faults(external_id)?;
+        self.load_faults(call)
+    }
+
+    /// Faults of a whole batch call, before anything is written.
+    fn call_faults(&self) -> Result<(), ConnectorError> {
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.credential_faults()?;
+        self.load_faults(call)
+    }
+
+    fn credential_faults(&self) -> Result<(), ConnectorError> {
+        if self.roll(self.settings.faults.misconfigured_rate) {
             return Err(ConnectorError::Misconfigured {
                 message: "invalid credentials".into(),
                 answer: Answer::with_excerpt(Some(401), r#"{"error":"INVALID_SESSION_ID"}"#),
             });
         }
-        if faults.reject_external_ids.iter().any(|id| id == external_id)
-            || self.roll(faults.reject_rate)
-        {
-            return Err(ConnectorError::Rejected {
-                message: format!("validation rule: external id `{external_id}` is not accepted"),
-                answer: Answer::with_excerpt(
-                    Some(400),
-                    r#"{"error":"FIELD_CUSTOM_VALIDATION_EXCEPTION"}"#,
-                ),
-            });
-        }
+        Ok(())
+    }
+
+    /// A 429 or a 503: the `call`-th write call of this process.
+    fn load_faults(&self, call: u64) -> Result<(), ConnectorError> {
+        let faults = &self.settings.faults;
         if call < faults.rate_limit_first_calls || self.roll(faults.rate_limit_rate) {
             let retry_after = Duration::from_millis(faults.retry_after_ms);
             return Err(ConnectorError::RateLimited {
@@ -256,6 +271,23 @@ impl MockCrm {
         Ok(())
     }
 
+    /// Faults of one record: a validation rule.
+    fn record_faults(&self, external_id: &str) -> Result<(), ConnectorError> {
+        let faults = &self.settings.faults;
+        if faults.reject_external_ids.iter().any(|id| id == external_id)
+            || self.roll(faults.reject_rate)
+        {
+            return Err(ConnectorError::Rejected {
+                message: format!("validation rule: external id `{external_id}` is not accepted"),
+                answer: Answer::with_excerpt(
+                    Some(400),
+                    r#"{"error":"FIELD_CUSTOM_VALIDATION_EXCEPTION"}"#,
+                ),
+            });
+        }
+        Ok(())
+    }
+
     async fn apply(&self, request: &UpsertRequest) -> Result<UpsertOutcome, sqlx::Error> {
         let mut connection = self.pool.acquire().await?;
         // IMMEDIATE takes the write lock first, so concurrent writers from several processes
@@ -265,6 +297,35 @@ impl MockCrm {
         let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
         sqlx::query(end).execute(&mut *connection).await?;
         result
+    }
+
+    /// Applies a batch in one transaction: each record as [`MockCrm::apply`] would, except
+    /// that a record refused (a validation rule, an update of a missing record) is that
+    /// record's outcome and the others go on.
+    async fn apply_batch(
+        &self,
+        requests: &[UpsertRequest],
+    ) -> Result<Vec<Result<UpsertOutcome, ConnectorError>>, sqlx::Error> {
+        let mut connection = self.pool.acquire().await?;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *connection).await?;
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for request in requests {
+            if let Err(refused) = self.record_faults(&request.external_id_value) {
+                outcomes.push(Err(refused));
+                continue;
+            }
+            // A missing record is found before anything of this request is written.
+            match self.apply_in_transaction(&mut connection, request).await {
+                Ok(outcome) => outcomes.push(Ok(outcome)),
+                Err(sqlx::Error::RowNotFound) => outcomes.push(Err(nothing_to_update(request))),
+                Err(error) => {
+                    sqlx::query("ROLLBACK").execute(&mut *connection).await?;
+                    return Err(error);
+                }
+            }
+        }
+        sqlx::query("COMMIT").execute(&mut *connection).await?;
+        Ok(outcomes)
     }
 
     async fn apply_in_transaction(
@@ -420,6 +481,16 @@ fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
+fn nothing_to_update(request: &UpsertRequest) -> ConnectorError {
+    ConnectorError::Rejected {
+        message: format!(
+            "no {} with {} = {} to update",
+            request.object, request.external_id_field, request.external_id_value
+        ),
+        answer: Answer::with_excerpt(Some(404), r#"{"error":"NOT_FOUND"}"#),
+    }
+}
+
 fn storage_failure(error: &sqlx::Error) -> ConnectorError {
     ConnectorError::Retryable {
         message: format!("mock CRM storage: {error}"),
@@ -451,15 +522,7 @@ impl Connector for MockCrm {
             self.faults_before_write(&request.external_id_value)?;
             let outcome = match self.apply(request).await {
                 Ok(outcome) => outcome,
-                Err(sqlx::Error::RowNotFound) => {
-                    return Err(ConnectorError::Rejected {
-                        message: format!(
-                            "no {} with {} = {} to update",
-                            request.object, request.external_id_field, request.external_id_value
-                        ),
-                        answer: Answer::with_excerpt(Some(404), r#"{"error":"NOT_FOUND"}"#),
-                    });
-                }
+                Err(sqlx::Error::RowNotFound) => return Err(nothing_to_update(request)),
                 Err(error) => return Err(storage_failure(&error)),
             };
             if self.settings.faults.latency_after_write_ms > 0 {
@@ -475,6 +538,43 @@ impl Connector for MockCrm {
                 });
             }
             Ok(outcome)
+        })
+    }
+
+    fn batch_max(&self) -> usize {
+        self.settings.batch_max.max(1)
+    }
+
+    /// One transaction for the whole batch; faults of a call strike the whole batch, a
+    /// validation rule (or an update of a missing record) only its record.
+    fn upsert_batch<'a>(
+        &'a self,
+        requests: &'a [UpsertRequest],
+    ) -> BoxFuture<'a, Vec<Result<UpsertOutcome, ConnectorError>>> {
+        Box::pin(async move {
+            let every =
+                |error: ConnectorError| requests.iter().map(|_| Err(error.clone())).collect();
+            self.latency().await;
+            if let Err(error) = self.call_faults() {
+                return every(error);
+            }
+            let outcomes = match self.apply_batch(requests).await {
+                Ok(outcomes) => outcomes,
+                Err(error) => return every(storage_failure(&error)),
+            };
+            if self.settings.faults.latency_after_write_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(
+                    self.settings.faults.latency_after_write_ms,
+                ))
+                .await;
+            }
+            if self.roll(self.settings.faults.lost_response_rate) {
+                return every(ConnectorError::Ambiguous {
+                    message: "timed out waiting for the answer (the batch was applied)".into(),
+                    answer: Answer::default(),
+                });
+            }
+            outcomes
         })
     }
 
@@ -583,7 +683,9 @@ mod conformance {
                 }
                 let path = self.dir.path().join("crm.db").display().to_string();
                 let mock =
-                    MockCrm::open(MockSettings { path, idempotency: true, faults }).await.unwrap();
+                    MockCrm::open(MockSettings { path, idempotency: true, faults, batch_max: 100 })
+                        .await
+                        .unwrap();
                 Arc::new(mock) as Arc<dyn Connector>
             })
         }

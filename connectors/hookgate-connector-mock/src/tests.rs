@@ -13,7 +13,7 @@ fn request(external_id: &str, key: &str, name: &str) -> UpsertRequest {
 
 async fn mock(dir: &tempfile::TempDir, idempotency: bool, faults: Faults) -> MockCrm {
     let path = dir.path().join("crm.db").display().to_string();
-    MockCrm::open(MockSettings { path, idempotency, faults }).await.unwrap()
+    MockCrm::open(MockSettings { path, idempotency, faults, batch_max: 100 }).await.unwrap()
 }
 
 #[tokio::test]
@@ -132,4 +132,33 @@ async fn first_call_faults_are_deterministic() {
     .map(|c| c.unwrap_or("ok"))
     .collect();
     assert_eq!(classes, ["rate_limited", "retryable", "ok"]);
+}
+
+#[tokio::test]
+async fn a_batch_refuses_records_one_by_one_and_fails_whole_for_a_call_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults { reject_external_ids: vec!["bad".into()], ..Faults::default() };
+    let crm = mock(&dir, true, faults).await;
+    let missing = UpsertRequest {
+        operation: Operation::UpdateOnly,
+        ..request("nobody", "k3", "No one")
+    };
+    let batch = [request("ada", "k1", "Ada"), request("bad", "k2", "Bad"), missing];
+    let outcomes = crm.upsert_batch(&batch).await;
+    let classes: Vec<&str> =
+        outcomes.iter().map(|o| o.as_ref().map_or_else(|e| e.class(), |_| "ok")).collect();
+    assert_eq!(classes, ["ok", "rejected", "rejected"], "{outcomes:?}");
+    assert_eq!(crm.effects().await.unwrap().len(), 1, "only the accepted record was written");
+    crm.close().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let crm = mock(&dir, true, Faults { fail_first_calls: 1, ..Faults::default() }).await;
+    let batch = [request("ada", "k1", "Ada"), request("bob", "k2", "Bob")];
+    let outcomes = crm.upsert_batch(&batch).await;
+    assert!(outcomes.iter().all(|o| o.as_ref().is_err_and(|e| e.class() == "retryable")));
+    assert!(crm.effects().await.unwrap().is_empty(), "a 503 writes nothing of the batch");
+    let outcomes = crm.upsert_batch(&batch).await;
+    assert!(outcomes.iter().all(|o| o.as_ref().is_ok_and(|w| w.created)), "{outcomes:?}");
+    assert_eq!(crm.effects().await.unwrap().len(), 2);
+    crm.close().await;
 }

@@ -3,6 +3,14 @@
 //! - **Upsert** by external id: `PATCH {instance}/services/data/vNN.N/sobjects/{object}/{field}/{value}`
 //!   (value URL-encoded; `?updateOnly=true` for update-only writes). 201 created; 200 updated
 //!   (v46.0 and later); 204 updated (before v46.0, no body: the record id is looked up).
+//! - **Batches** (v46.0 and later): sObject Collections upsert,
+//!   `PATCH {instance}/services/data/vNN.N/composite/sobjects/{object}/{field}` with
+//!   `allOrNone: false` and up to [`COLLECTION_RECORDS_MAX`] records, one call per (object,
+//!   external-id field). The results come in record order, each with its own `success`,
+//!   `created` and `errors`, whose `statusCode`s are classified as a single upsert's
+//!   `errorCode`s. Update-only writes are not in collections (an upsert would create): each is
+//!   a single upsert with `?updateOnly=true`. Before v46.0 there are no collections, and
+//!   [`Connector::batch_max`] is 1.
 //! - **Lookup**: `GET` on the same path.
 //! - **Auth**: OAuth 2.0 against `login_url`, by client credentials or by the JWT bearer flow
 //!   (an RS256 assertion signed with the connected app's private key); the token is cached,
@@ -73,6 +81,17 @@ pub enum Auth {
 /// Lifetime of a JWT assertion: Salesforce asks for an expiry a few minutes ahead.
 const ASSERTION_LIFETIME_SECS: u64 = 180;
 
+/// Records Salesforce takes in one sObject Collections call.
+pub const COLLECTION_RECORDS_MAX: usize = 200;
+
+/// The first API version with sObject Collections upsert.
+const COLLECTIONS_SINCE_MAJOR_VERSION: u32 = 46;
+
+/// A record Salesforce could not lock (another transaction holds it): retried.
+const RECORD_LOCKED: &str = "UNABLE_TO_LOCK_ROW";
+/// The org's daily API calls are used up: rate-limited, and no re-authentication.
+const DAILY_LIMIT_EXCEEDED: &str = "REQUEST_LIMIT_EXCEEDED";
+
 /// The credentials an instance with these settings needs (`credentials:` in `hookgate.yaml`).
 pub fn required_credentials(
     settings: &BTreeMap<String, serde_json::Value>,
@@ -126,6 +145,8 @@ pub struct Salesforce {
 enum Call<'a> {
     Upsert(&'a UpsertRequest),
     Lookup(&'a LookupRequest),
+    /// An sObject Collections upsert: writes sharing one object and external-id field.
+    Collection(&'a [&'a UpsertRequest]),
 }
 
 impl Salesforce {
@@ -309,13 +330,8 @@ impl Salesforce {
         })
     }
 
-    fn record_url(
-        &self,
-        token: &Token,
-        object: &str,
-        field: &str,
-        value: &str,
-    ) -> Result<url::Url, ConnectorError> {
+    /// `{instance}/services/data/vNN.N/{segments}`, each segment encoded.
+    fn data_url(&self, token: &Token, segments: &[&str]) -> Result<url::Url, ConnectorError> {
         let mut url =
             url::Url::parse(&token.instance_url).map_err(|e| ConnectorError::Misconfigured {
                 message: format!("instance URL: {e}"),
@@ -327,16 +343,19 @@ impl Salesforce {
                 answer: Answer::default(),
             })?
             .pop_if_empty()
-            .extend([
-                "services",
-                "data",
-                &format!("v{}", self.settings.api_version),
-                "sobjects",
-                object,
-                field,
-                value,
-            ]);
+            .extend(["services", "data", &format!("v{}", self.settings.api_version)])
+            .extend(segments);
         Ok(url)
+    }
+
+    fn record_url(
+        &self,
+        token: &Token,
+        object: &str,
+        field: &str,
+        value: &str,
+    ) -> Result<url::Url, ConnectorError> {
+        self.data_url(token, &["sobjects", object, field, value])
     }
 
     async fn send(&self, token: &Token, call: &Call<'_>) -> Result<Response, ConnectorError> {
@@ -365,6 +384,33 @@ impl Salesforce {
                 fields.extend(request.fields.iter().cloned());
                 url.query_pairs_mut().append_pair("fields", &fields.join(","));
                 self.client.get(url)
+            }
+            Call::Collection(requests) => {
+                let Some(first) = requests.first() else {
+                    return Err(ConnectorError::Misconfigured {
+                        message: "a collection call without records".into(),
+                        answer: Answer::default(),
+                    });
+                };
+                let (object, field) = (&first.object, &first.external_id_field);
+                let url = self.data_url(token, &["composite", "sobjects", object, field])?;
+                let records: Vec<serde_json::Value> = requests
+                    .iter()
+                    .map(|request| {
+                        let mut record: serde_json::Map<String, serde_json::Value> = request
+                            .fields
+                            .iter()
+                            .map(|(name, value)| (name.clone(), value.clone().into()))
+                            .collect();
+                        record.insert("attributes".into(), serde_json::json!({"type": object}));
+                        record.insert(field.clone(), request.external_id_value.clone().into());
+                        serde_json::Value::Object(record)
+                    })
+                    .collect();
+                // Without allOrNone each record stands alone: one invalid record must not
+                // undo the others.
+                let body = serde_json::json!({"allOrNone": false, "records": records});
+                self.client.patch(url).json(&body)
             }
         };
         http::send(request.header(reqwest::header::AUTHORIZATION, bearer), &self.settings.http)
@@ -434,6 +480,73 @@ impl Salesforce {
         }
     }
 
+    /// Whether this API version has sObject Collections upsert.
+    fn collections_available(&self) -> bool {
+        self.settings
+            .api_version
+            .split('.')
+            .next()
+            .and_then(|major| major.parse::<u32>().ok())
+            .is_some_and(|major| major >= COLLECTIONS_SINCE_MAJOR_VERSION)
+    }
+
+    async fn upsert_batch_inner(
+        &self,
+        requests: &[UpsertRequest],
+    ) -> Vec<Result<UpsertOutcome, ConnectorError>> {
+        let calls = plan_calls(requests, self.collections_available());
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for index in calls.single {
+            outcomes.push((index, self.upsert_inner(&requests[index]).await));
+        }
+        for call in calls.collections {
+            let records: Vec<&UpsertRequest> = call.iter().map(|&index| &requests[index]).collect();
+            outcomes.extend(call.into_iter().zip(self.collection_upsert(&records).await));
+        }
+        // Every index is in exactly one call, so this is one outcome per request, in order.
+        outcomes.sort_by_key(|(index, _)| *index);
+        outcomes.into_iter().map(|(_, outcome)| outcome).collect()
+    }
+
+    /// One collection call of writes sharing object and external-id field, no two to one
+    /// record; one outcome per write, in the order given.
+    async fn collection_upsert(
+        &self,
+        records: &[&UpsertRequest],
+    ) -> Vec<Result<UpsertOutcome, ConnectorError>> {
+        let response = match self.call(Call::Collection(records)).await {
+            Ok(response) => response,
+            Err(error) => return every(records.len(), error),
+        };
+        let answer = with_limit_info(&response);
+        if response.status != 200 {
+            return every(records.len(), self.classify(response.status, &response, false));
+        }
+        let results = match serde_json::from_str::<Vec<serde_json::Value>>(&response.body) {
+            Ok(results) if results.len() == records.len() => results,
+            Ok(results) => {
+                let error = ConnectorError::Ambiguous {
+                    message: format!(
+                        "{} results to a collection of {} records",
+                        results.len(),
+                        records.len()
+                    ),
+                    answer,
+                };
+                return every(records.len(), error);
+            }
+            Err(e) => {
+                let error = ConnectorError::Ambiguous {
+                    message: format!("unreadable answer to a write: {e}"),
+                    answer,
+                };
+                return every(records.len(), error);
+            }
+        };
+        // Results come in record order.
+        results.iter().map(|result| record_result(result, &answer)).collect()
+    }
+
     async fn lookup_inner(&self, request: &LookupRequest) -> Result<LookupOutcome, ConnectorError> {
         let response = self.call(Call::Lookup(request)).await?;
         let answer = with_limit_info(&response);
@@ -472,18 +585,10 @@ impl Salesforce {
                 ),
                 answer,
             },
-            400 if codes.iter().any(|c| c == "UNABLE_TO_LOCK_ROW") => ConnectorError::Retryable {
-                message: format!("record locked: {}", errors(&response.body)),
-                retry_after: None,
-                answer,
-            },
+            400 if has_code(&codes, RECORD_LOCKED) => locked(errors(&response.body), answer),
             400 => ConnectorError::Rejected { message: errors(&response.body), answer },
-            403 if codes.iter().any(|c| c == "REQUEST_LIMIT_EXCEEDED") => {
-                ConnectorError::RateLimited {
-                    message: format!("daily API limit reached: {}", errors(&response.body)),
-                    retry_after: None,
-                    answer,
-                }
+            403 if has_code(&codes, DAILY_LIMIT_EXCEEDED) => {
+                daily_limit(errors(&response.body), answer)
             }
             401 | 403 => ConnectorError::Misconfigured { message: errors(&response.body), answer },
             404 if update_only => {
@@ -528,31 +633,153 @@ fn with_limit_info(response: &Response) -> Answer {
     answer
 }
 
+/// An error's code: `errorCode` in error bodies, `statusCode` in a collection record's
+/// `errors`.
+fn code(error: &serde_json::Value) -> Option<&str> {
+    error.get("errorCode").or_else(|| error.get("statusCode")).and_then(|c| c.as_str())
+}
+
 /// Salesforce error bodies are arrays of `{message, errorCode, fields}`.
 fn error_codes(body: &str) -> Vec<String> {
     serde_json::from_str::<Vec<serde_json::Value>>(body)
-        .map(|errors| {
-            errors
-                .iter()
-                .filter_map(|e| e.get("errorCode").and_then(|c| c.as_str()).map(str::to_owned))
-                .collect()
-        })
+        .map(|errors| errors.iter().filter_map(code).map(str::to_owned).collect())
         .unwrap_or_default()
+}
+
+fn has_code(codes: &[String], wanted: &str) -> bool {
+    codes.iter().any(|c| c == wanted)
 }
 
 fn errors(body: &str) -> String {
     match serde_json::from_str::<Vec<serde_json::Value>>(body) {
-        Ok(errors) if !errors.is_empty() => errors
-            .iter()
-            .map(|e| {
-                let code = e.get("errorCode").and_then(|c| c.as_str()).unwrap_or("?");
-                let message = e.get("message").and_then(|m| m.as_str()).unwrap_or("");
-                format!("{code}: {message}")
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
+        Ok(errors) if !errors.is_empty() => describe(&errors),
         _ => hookgate_connector::excerpt(body.trim()),
     }
+}
+
+/// `code: message` of each error, joined.
+fn describe(errors: &[serde_json::Value]) -> String {
+    errors
+        .iter()
+        .map(|e| {
+            let message = e.get("message").and_then(|m| m.as_str()).unwrap_or("");
+            format!("{}: {message}", code(e).unwrap_or("?"))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn locked(message: String, answer: Answer) -> ConnectorError {
+    ConnectorError::Retryable {
+        message: format!("record locked: {message}"),
+        retry_after: None,
+        answer,
+    }
+}
+
+fn daily_limit(message: String, answer: Answer) -> ConnectorError {
+    ConnectorError::RateLimited {
+        message: format!("daily API limit reached: {message}"),
+        retry_after: None,
+        answer,
+    }
+}
+
+/// A collection record's failure, classified by its `statusCode`s as a single upsert's answer
+/// with those `errorCode`s is: a locked row retried, the daily limit rate-limited, anything
+/// else about the record rejected.
+fn record_error(errors: &[serde_json::Value], answer: Answer) -> ConnectorError {
+    let codes: Vec<String> = errors.iter().filter_map(code).map(str::to_owned).collect();
+    let message = describe(errors);
+    if has_code(&codes, RECORD_LOCKED) {
+        locked(message, answer)
+    } else if has_code(&codes, DAILY_LIMIT_EXCEEDED) {
+        daily_limit(message, answer)
+    } else {
+        ConnectorError::Rejected { message, answer }
+    }
+}
+
+/// One collection result: a written record, or why not.
+fn record_result(
+    result: &serde_json::Value,
+    answer: &Answer,
+) -> Result<UpsertOutcome, ConnectorError> {
+    #[derive(Deserialize)]
+    struct RecordResult {
+        #[serde(default)]
+        id: Option<String>,
+        success: bool,
+        /// Documented from v46.0, the first version with collections.
+        #[serde(default)]
+        created: bool,
+        #[serde(default)]
+        errors: Vec<serde_json::Value>,
+    }
+    // Each record's own evidence is its own result, not the whole answer.
+    let answer = Answer {
+        status: answer.status,
+        excerpt: Some(hookgate_connector::excerpt(&result.to_string())),
+        meta: answer.meta.clone(),
+    };
+    match serde_json::from_value::<RecordResult>(result.clone()) {
+        Ok(RecordResult { success: true, id: Some(id), created, .. }) => {
+            Ok(UpsertOutcome { record_id: id, created, answer })
+        }
+        Ok(RecordResult { success: false, errors, .. }) => Err(record_error(&errors, answer)),
+        Ok(RecordResult { success: true, id: None, .. }) => Err(ConnectorError::Ambiguous {
+            message: "a record result with success but no id".into(),
+            answer,
+        }),
+        Err(e) => Err(ConnectorError::Ambiguous {
+            message: format!("unreadable record result: {e}"),
+            answer,
+        }),
+    }
+}
+
+/// A failure of a whole call, as the outcome of each of its writes.
+fn every(count: usize, error: ConnectorError) -> Vec<Result<UpsertOutcome, ConnectorError>> {
+    vec![Err(error); count]
+}
+
+/// How a batch goes out: calls of writes that can share a collection, and the writes that go
+/// alone.
+#[derive(Debug, Default)]
+struct Calls {
+    /// Indexes of the writes of each collection call.
+    collections: Vec<Vec<usize>>,
+    /// Update-only writes, and every write when the API version has no collections.
+    single: Vec<usize>,
+}
+
+/// Groups writes into collection calls: one (object, external-id field) per call (both are
+/// in the URL), at most [`COLLECTION_RECORDS_MAX`] records, and never two writes of one
+/// record in a call (the engine does not send them; what Salesforce would do is not
+/// documented).
+fn plan_calls(requests: &[UpsertRequest], collections: bool) -> Calls {
+    let mut calls = Calls::default();
+    for (index, request) in requests.iter().enumerate() {
+        if !collections || request.operation == Operation::UpdateOnly {
+            calls.single.push(index);
+            continue;
+        }
+        let fits = |call: &Vec<usize>| {
+            call.len() < COLLECTION_RECORDS_MAX
+                && call.first().is_some_and(|&first| {
+                    requests[first].object == request.object
+                        && requests[first].external_id_field == request.external_id_field
+                })
+                && !call
+                    .iter()
+                    .any(|&other| requests[other].external_id_value == request.external_id_value)
+        };
+        match calls.collections.iter_mut().find(|call| fits(call)) {
+            Some(call) => call.push(index),
+            None => calls.collections.push(vec![index]),
+        }
+    }
+    calls
 }
 
 fn oauth_error(body: &str) -> String {
@@ -582,6 +809,17 @@ impl Connector for Salesforce {
         request: &'a UpsertRequest,
     ) -> BoxFuture<'a, Result<UpsertOutcome, ConnectorError>> {
         Box::pin(self.upsert_inner(request))
+    }
+
+    fn batch_max(&self) -> usize {
+        if self.collections_available() { COLLECTION_RECORDS_MAX } else { 1 }
+    }
+
+    fn upsert_batch<'a>(
+        &'a self,
+        requests: &'a [UpsertRequest],
+    ) -> BoxFuture<'a, Vec<Result<UpsertOutcome, ConnectorError>>> {
+        Box::pin(self.upsert_batch_inner(requests))
     }
 
     fn lookup<'a>(

@@ -7,14 +7,16 @@
 //!
 //! The [`Harness`] builds a connector against a CRM (real or fake) in a given [`Fault`] mode;
 //! the suite checks upsert semantics (create then update gives one record, a repeat creates
-//! nothing, lookup finds what upsert wrote) and that every documented failure maps to its
-//! error class. It panics with a message naming the broken rule.
+//! nothing, lookup finds what upsert wrote), that every documented failure maps to its error
+//! class, and, for a connector with a batch call, that a batch means what its writes mean one
+//! by one. It panics with a message naming the broken rule.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::{
-    BoxFuture, Connector, ConnectorError, LookupOutcome, LookupRequest, Operation, UpsertRequest,
+    BoxFuture, Connector, ConnectorError, LookupOutcome, LookupRequest, Operation, UpsertOutcome,
+    UpsertRequest,
 };
 
 /// A failure the CRM can be made to produce, and the class it must map to.
@@ -80,6 +82,9 @@ pub async fn run(harness: &dyn Harness) {
     upsert_semantics(harness).await;
     for fault in Fault::ALL {
         fault_maps_to_its_class(harness, fault).await;
+    }
+    if harness.connector(None).await.batch_max() > 1 {
+        batch_semantics(harness).await;
     }
 }
 
@@ -159,5 +164,153 @@ pub async fn fault_maps_to_its_class(harness: &dyn Harness, fault: Fault) {
             )
         }
         _ => assert!(matches!(found, LookupOutcome::NotFound { .. }), "{fault:?} must not write"),
+    }
+}
+
+/// Faults a batch call must pass on to every write of the call: the CRM refused the call
+/// before applying anything.
+pub const BATCH_FAULTS: [Fault; 2] = [Fault::Unavailable, Fault::RateLimited];
+
+/// For a connector with a batch call ([`Connector::batch_max`] above 1): a batch of a new
+/// record, an existing record and another new record gives one outcome per write, in order,
+/// with the right `created` flags and record ids; lookups find the written values; repeating
+/// the batch creates nothing; and a batch the CRM refuses whole ([`BATCH_FAULTS`]) gives
+/// every write that fault's class and writes nothing.
+///
+/// A connector whose `batch_max` is 1 has no batch call: the engine never calls
+/// `upsert_batch` for it, so there is nothing of its own to check, and this returns at once.
+/// That is a capability check, not a skipped test: the default `upsert_batch` is
+/// [`Connector::upsert`] once per write, which [`upsert_semantics`] checks.
+pub async fn batch_semantics(harness: &dyn Harness) {
+    let connector = harness.connector(None).await;
+    if connector.batch_max() <= 1 {
+        return;
+    }
+    let run = format!("{:08x}", std::process::id() ^ 0xba7c);
+    let existing = request(harness, &format!("conformance-batch-old-{run}"), "before", "b-0");
+    let before = connector
+        .upsert(&existing)
+        .await
+        .unwrap_or_else(|e| panic!("creating the batch's existing record failed: {e}"));
+
+    let batch = vec![
+        request(harness, &format!("conformance-batch-new-a-{run}"), "a", "b-1"),
+        request(harness, &existing.external_id_value, "updated", "b-2"),
+        request(harness, &format!("conformance-batch-new-b-{run}"), "b", "b-3"),
+    ];
+    let outcomes = upsert_in_batches(connector.as_ref(), &batch).await;
+    let written: Vec<_> = outcomes
+        .into_iter()
+        .zip(&batch)
+        .map(|(outcome, write)| {
+            outcome.unwrap_or_else(|e| {
+                panic!("the batch write of {} failed: {e}", write.external_id_value)
+            })
+        })
+        .collect();
+    let created: Vec<bool> = written.iter().map(|outcome| outcome.created).collect();
+    assert_eq!(
+        created,
+        [true, false, true],
+        "batch outcomes must be in request order: new, existing, new"
+    );
+    assert_eq!(
+        written[1].record_id, before.record_id,
+        "a batch write of an existing external id must update that record"
+    );
+    assert!(
+        written.iter().all(|outcome| !outcome.record_id.is_empty()),
+        "each batch outcome must carry the CRM's record id"
+    );
+    assert!(
+        written[0].record_id != written[2].record_id
+            && written[0].record_id != written[1].record_id
+            && written[2].record_id != written[1].record_id,
+        "three external ids in a batch must be three records: {written:?}"
+    );
+    for (write, outcome) in batch.iter().zip(&written) {
+        match lookup(connector.as_ref(), write).await {
+            LookupOutcome::Found { record_id, fields, .. } => {
+                assert_eq!(
+                    record_id, outcome.record_id,
+                    "lookup must find the record a batch wrote"
+                );
+                assert_eq!(
+                    fields.get(harness.field()),
+                    write.fields.get(harness.field()),
+                    "lookup must return the value a batch wrote"
+                );
+            }
+            LookupOutcome::NotFound { .. } => {
+                panic!("lookup must find what a batch wrote: {}", write.external_id_value)
+            }
+        }
+    }
+
+    let repeated = upsert_in_batches(connector.as_ref(), &batch).await;
+    for ((outcome, first), write) in repeated.into_iter().zip(&written).zip(&batch) {
+        let outcome = outcome.unwrap_or_else(|e| {
+            panic!("the repeated batch write of {} failed: {e}", write.external_id_value)
+        });
+        assert!(!outcome.created, "repeating a batch must not create a record");
+        assert_eq!(
+            outcome.record_id, first.record_id,
+            "repeating a batch must write the same records"
+        );
+    }
+
+    for fault in BATCH_FAULTS {
+        batch_fault_maps_to_its_class(harness, fault, &run).await;
+    }
+}
+
+/// Writes `batch` in calls of at most [`Connector::batch_max`] writes, as the engine does, and
+/// checks that each call gives one outcome per write.
+async fn upsert_in_batches(
+    connector: &dyn Connector,
+    batch: &[UpsertRequest],
+) -> Vec<Result<UpsertOutcome, ConnectorError>> {
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for call in batch.chunks(connector.batch_max()) {
+        let answered = connector.upsert_batch(call).await;
+        assert_eq!(answered.len(), call.len(), "a batch must give one outcome per write");
+        outcomes.extend(answered);
+    }
+    outcomes
+}
+
+/// A batch meeting `fault` gives each write its class and writes none of them.
+async fn batch_fault_maps_to_its_class(harness: &dyn Harness, fault: Fault, run: &str) {
+    let connector = harness.connector(Some(fault)).await;
+    // One call: the fault is the CRM's answer to the next call.
+    let batch: Vec<UpsertRequest> = (0..connector.batch_max().min(3))
+        .map(|n| {
+            let id = format!("conformance-batch-fault-{fault:?}-{n}-{run}");
+            request(harness, &id, "value", &format!("conformance-batch-{fault:?}-{n}"))
+        })
+        .collect();
+    let outcomes = connector.upsert_batch(&batch).await;
+    assert_eq!(outcomes.len(), batch.len(), "a batch must give one outcome per write");
+    for (outcome, write) in outcomes.iter().zip(&batch) {
+        match outcome {
+            Ok(written) => panic!(
+                "{fault:?} on a batch must fail every write, but {} succeeded: {written:?}",
+                write.external_id_value
+            ),
+            Err(error) => assert_eq!(
+                error.class(),
+                fault.expected_class(),
+                "{fault:?} on a batch must map to `{}` for every write: {error}",
+                fault.expected_class()
+            ),
+        }
+    }
+    let healthy = harness.connector(None).await;
+    for write in &batch {
+        assert!(
+            matches!(lookup(healthy.as_ref(), write).await, LookupOutcome::NotFound { .. }),
+            "{fault:?} on a batch must not write {}",
+            write.external_id_value
+        );
     }
 }

@@ -356,6 +356,37 @@ pub trait Connector: Send + Sync + std::fmt::Debug {
         request: &'a UpsertRequest,
     ) -> BoxFuture<'a, Result<UpsertOutcome, ConnectorError>>;
 
+    /// The most writes one [`Connector::upsert_batch`] call takes. 1 (the default): the CRM
+    /// has no batch call, and the engine calls [`Connector::upsert`] once per write.
+    fn batch_max(&self) -> usize {
+        1
+    }
+
+    /// Writes several records in one call, where the CRM has one (HubSpot's batch upsert,
+    /// Salesforce's sObject Collections). The engine sends at most [`Connector::batch_max`]
+    /// requests, each naming a different record (no two share object, external id field and
+    /// value), and never more than one write in flight per record.
+    ///
+    /// Returns one outcome per request, in request order, classified as [`Connector::upsert`]
+    /// would classify it alone. A failure of the whole call is every request's outcome: a
+    /// 429 or a 503 before anything was applied is retryable for each; a timeout or a lost
+    /// answer is ambiguous for each. An answer of the wrong length is treated by the engine as
+    /// ambiguous for every request.
+    ///
+    /// The default writes one request at a time through [`Connector::upsert`].
+    fn upsert_batch<'a>(
+        &'a self,
+        requests: &'a [UpsertRequest],
+    ) -> BoxFuture<'a, Vec<Result<UpsertOutcome, ConnectorError>>> {
+        Box::pin(async move {
+            let mut outcomes = Vec::with_capacity(requests.len());
+            for request in requests {
+                outcomes.push(self.upsert(request).await);
+            }
+            outcomes
+        })
+    }
+
     /// Finds the record by external id, with its current field values.
     fn lookup<'a>(
         &'a self,

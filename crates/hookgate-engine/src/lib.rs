@@ -29,6 +29,7 @@ use hookgate_verify::{Clock, Rejection, Request, Verifier};
 
 use crate::seal::{Keyring, Part};
 
+mod batch;
 mod commit;
 mod keys;
 pub mod seal;

@@ -34,10 +34,13 @@ use hookgate_connector::{
 };
 use hookgate_pipeline::evaluate::{Context, Delivery};
 use hookgate_pipeline::model::{DeliveryPolicy, NotFound, RefreshMethod};
-use hookgate_store::{AppliedVersion, Call, CallKind, Finish, LeasedItem, StoreError, state};
+use hookgate_store::{
+    AppliedVersion, Call, CallKind, EventRecord, Finish, LeasedItem, StoreError, state,
+};
 use rand::Rng;
 use tokio::task::JoinSet;
 
+use crate::batch::{Begin, StoreBatches, UpsertBatcher};
 use crate::seal::{Part, open_stored, open_stored_text};
 use crate::{Gateway, ServedPipeline, now_ms};
 
@@ -65,6 +68,11 @@ pub struct WorkerConfig {
     pub call_timeout: Duration,
     /// How long to sleep when there is nothing to do.
     pub idle_poll: Duration,
+    /// Items whose calls begin, or who finish, in one transaction at most (see `batch`).
+    pub store_batch_max: usize,
+    /// Batch calls in flight at once per connector that has them; more writes wait for the
+    /// next batch.
+    pub crm_batch_calls_max: usize,
 }
 
 impl WorkerConfig {
@@ -91,6 +99,8 @@ impl Default for WorkerConfig {
             lease: Duration::from_secs(60),
             call_timeout: Duration::from_secs(30),
             idle_poll: Duration::from_millis(250),
+            store_batch_max: 128,
+            crm_batch_calls_max: 4,
         }
     }
 }
@@ -102,6 +112,9 @@ pub struct Worker {
     connectors: Arc<Connectors>,
     config: Arc<WorkerConfig>,
     sources: Arc<Sources>,
+    batches: StoreBatches,
+    /// By connector instance name, for the connectors with a batch call.
+    upserts: Arc<HashMap<String, UpsertBatcher>>,
 }
 
 impl Worker {
@@ -111,11 +124,29 @@ impl Worker {
         if let Err(problem) = config.check() {
             panic!("{problem}");
         }
+        // Every item in hand may wait on a batch at once.
+        let capacity = config.concurrency.max(1);
+        let batches = StoreBatches::start(&gateway.store, config.store_batch_max, capacity);
+        let upserts = connectors
+            .iter()
+            .filter(|(_, connector)| connector.batch_max() > 1)
+            .map(|(name, connector)| {
+                let batcher = UpsertBatcher::start(
+                    name,
+                    Arc::clone(connector),
+                    config.crm_batch_calls_max,
+                    capacity,
+                );
+                (name.clone(), batcher)
+            })
+            .collect();
         Worker {
             gateway,
             connectors: Arc::new(connectors),
             config: Arc::new(config),
             sources: Arc::new(Sources::default()),
+            batches,
+            upserts: Arc::new(upserts),
         }
     }
 
@@ -137,9 +168,9 @@ impl Worker {
             let batch = in_hand.is_empty() || free * 2 >= self.config.concurrency;
             let leased = if free > 0 && batch { self.lease(free).await } else { Vec::new() };
             let idle = leased.is_empty();
-            for item in leased {
+            for (item, event) in leased {
                 let worker = self.clone();
-                in_hand.spawn(async move { worker.process(item).await });
+                in_hand.spawn(async move { worker.process(item, event).await });
             }
             if idle || !batch {
                 tokio::select! {
@@ -157,7 +188,35 @@ impl Worker {
         i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX)
     }
 
-    async fn lease(&self, free: usize) -> Vec<LeasedItem> {
+    /// Leases up to `free` items, with their events read in one query (an item whose event
+    /// could not be read reads it itself).
+    async fn lease(&self, free: usize) -> Vec<(LeasedItem, Option<EventRecord>)> {
+        let started = std::time::Instant::now();
+        let items = self.lease_items(free).await;
+        metrics::histogram!("hookgate_lease_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("hookgate_lease_size").record(items.len() as f64);
+        if items.is_empty() {
+            return Vec::new();
+        }
+        let ids: Vec<i64> = items.iter().map(|item| item.event_id).collect();
+        let events: HashMap<i64, EventRecord> = match self.gateway.store.events_by_id(&ids).await {
+            Ok(events) => events.into_iter().map(|event| (event.id, event)).collect(),
+            Err(error) => {
+                tracing::warn!(error = %error, "reading the leased items' events failed; each reads its own");
+                HashMap::new()
+            }
+        };
+        items
+            .into_iter()
+            .map(|item| {
+                // Two items of one event (two targets) each get a copy.
+                let event = events.get(&item.event_id).cloned();
+                (item, event)
+            })
+            .collect()
+    }
+
+    async fn lease_items(&self, free: usize) -> Vec<LeasedItem> {
         let now = now_ms();
         // Unique per lease call: it is the fence, so it must not repeat (a pid does, in
         // containers).
@@ -179,15 +238,20 @@ impl Worker {
 
     /// Works one item to its next state. Database failures leave the item leased: when the
     /// lease expires it is picked up again (in doubt if a write had begun) and reconciled.
-    pub async fn process(&self, item: LeasedItem) {
-        if let Err(error) = self.try_process(&item).await {
+    /// `event`: the item's event if read already; otherwise it is read here.
+    pub async fn process(&self, item: LeasedItem, event: Option<EventRecord>) {
+        if let Err(error) = self.try_process(&item, event).await {
             tracing::warn!(item = item.id, event_id = item.event_id, error = %error, "could not record an outcome");
         }
     }
 
-    async fn try_process(&self, item: &LeasedItem) -> Result<(), StoreError> {
+    async fn try_process(
+        &self,
+        item: &LeasedItem,
+        event: Option<EventRecord>,
+    ) -> Result<(), StoreError> {
         let mut attempt = Attempt { item, calls: Vec::new(), open: None };
-        let (pipeline, index, mut ctx) = match self.prepare(item).await? {
+        let (pipeline, index, mut ctx) = match self.prepare(item, event).await? {
             Ok(prepared) => prepared,
             Err(reason) => {
                 tracing::error!(item = item.id, event_id = item.event_id, %reason, "dead-lettered before any call");
@@ -276,7 +340,14 @@ impl Worker {
         let Some(budget) = attempt.begin(self, "upsert", CallKind::Write).await? else {
             return Ok(());
         };
-        let finish = match within(budget, connector.upsert(&request)).await {
+        let written = match self.upserts.get(&upsert.connector) {
+            Some(batcher) => batcher.upsert(request.clone(), budget).await,
+            None => {
+                metrics::counter!("hookgate_crm_write_calls_total", "connector" => upsert.connector.clone()).increment(1);
+                within(budget, connector.upsert(&request)).await
+            }
+        };
+        let finish = match written {
             Ok(written) => {
                 tracing::info!(item = item.id, event_id = item.event_id, record_id = %written.record_id, created = written.created, "delivered");
                 let name = if written.created { "created" } else { "updated" };
@@ -394,7 +465,8 @@ impl Worker {
         {
             last.error.clone_from(&finish.error);
         }
-        if !self.gateway.store.finish(item, &finish, now_ms()).await? {
+        let finished = self.batches.finish(item.clone(), finish.clone()).await?;
+        if !finished {
             tracing::warn!(
                 item = item.id,
                 "lease lost during the attempt; the next holder reconciles"
@@ -417,6 +489,7 @@ impl Worker {
     async fn prepare(
         &self,
         item: &LeasedItem,
+        event: Option<EventRecord>,
     ) -> Result<Result<(&ServedPipeline, usize, Context), String>, StoreError> {
         let Some(pipeline) = self.gateway.pipelines.get(&item.pipeline) else {
             return Ok(Err(format!("pipeline `{}` is no longer configured", item.pipeline)));
@@ -431,7 +504,11 @@ impl Worker {
                 )));
             }
         }
-        let Some(event) = self.gateway.store.event(item.event_id).await? else {
+        let event = match event {
+            Some(event) => Some(event),
+            None => self.gateway.store.event(item.event_id).await?,
+        };
+        let Some(event) = event else {
             return Ok(Err("the event is gone".to_owned()));
         };
         if let Some(purged_at_ms) = event.payload_purged_at_ms {
@@ -710,9 +787,14 @@ impl Attempt<'_> {
     ) -> Result<Option<Duration>, StoreError> {
         let now = now_ms();
         let expires = now.saturating_add(worker.lease_ms());
-        let Some(start) =
-            worker.gateway.store.begin_call(self.item, action, kind, now, expires).await?
-        else {
+        let begin = Begin {
+            item: self.item.clone(),
+            action,
+            kind,
+            now_ms: now,
+            lease_expires_at_ms: expires,
+        };
+        let Some(start) = worker.batches.begin(begin).await? else {
             tracing::info!(item = self.item.id, action, "lease lost before the call");
             return Ok(None);
         };

@@ -18,6 +18,8 @@ use crate::chaos::{Access, Chaos, Dice, Fate};
 pub const TOKEN: &str = "pat-na1-fake-token";
 /// HubSpot's rolling rate-limit window.
 pub const WINDOW: Duration = Duration::from_secs(10);
+/// Inputs one batch upsert may carry; more answer 400.
+pub const BATCH_INPUTS_MAX: usize = 100;
 
 /// A one-shot failure served to the next write instead of its answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +43,16 @@ pub struct Write {
     pub id: String,
     /// The properties the write set.
     pub properties: BTreeMap<String, String>,
+}
+
+/// Write requests received, by endpoint, whatever their answer: a test tells one batch call
+/// from one call per record by them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteCalls {
+    /// `POST /crm/v3/objects/{type}/batch/upsert`, of any number of inputs.
+    pub batch_upsert: u64,
+    /// `PATCH /crm/v3/objects/{type}/{id}`.
+    pub update: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +82,9 @@ pub struct HubSpotState {
     window: VecDeque<Instant>,
     /// How long a created or updated record stays invisible to search.
     pub search_lag: Duration,
+    /// Batch results come in reverse input order: HubSpot does not promise input order, and a
+    /// client that relies on it shows here.
+    pub results_reversed: bool,
     /// Served, one each, to the next writes instead of their answers.
     pub faults: VecDeque<Fault>,
     /// Served, one each, to the next reads of one record.
@@ -78,6 +93,8 @@ pub struct HubSpotState {
     dice: Option<Dice>,
     /// Every write applied, in order.
     pub writes: Vec<Write>,
+    /// Write requests received, by endpoint.
+    pub write_calls: WriteCalls,
     next_id: u64,
 }
 
@@ -112,10 +129,12 @@ impl FakeHubSpot {
             retry_after_on_429: false,
             window: VecDeque::new(),
             search_lag: Duration::ZERO,
+            results_reversed: false,
             faults: VecDeque::new(),
             lookup_faults: VecDeque::new(),
             dice: None,
             writes: Vec::new(),
+            write_calls: WriteCalls::default(),
             next_id: 500,
         }));
         let router = Router::new()
@@ -156,6 +175,11 @@ impl FakeHubSpot {
 
     pub fn writes(&self) -> Vec<Write> {
         self.lock().writes.clone()
+    }
+
+    /// Write requests received so far, by endpoint.
+    pub fn write_calls(&self) -> WriteCalls {
+        self.lock().write_calls
     }
 }
 
@@ -276,6 +300,9 @@ struct BatchInput {
     id_property: String,
     id: String,
     properties: BTreeMap<String, String>,
+    /// A label the answer repeats on this input's result or error.
+    #[serde(rename = "objectWriteTraceId", default)]
+    object_write_trace_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -337,22 +364,57 @@ async fn after(delay: Duration, response: Response) -> Response {
     response
 }
 
+/// The first property nobody may write, if the write sets one.
+fn read_only_property<'a>(
+    state: &HubSpotState,
+    properties: &'a BTreeMap<String, String>,
+) -> Option<&'a str> {
+    properties.keys().find(|p| state.read_only.contains(*p)).map(String::as_str)
+}
+
+fn read_only_message(name: &str) -> String {
+    format!(
+        "Property values were not valid: \"{name}\" is a read only property; its value cannot be set."
+    )
+}
+
 fn check_properties(
     state: &HubSpotState,
     properties: &BTreeMap<String, String>,
 ) -> Result<(), Response> {
-    if let Some(name) = properties.keys().find(|p| state.read_only.contains(*p)) {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            "VALIDATION_ERROR",
-            &format!(
-                "Property values were not valid: \"{name}\" is a read only property; its value cannot be set."
-            ),
-        ));
+    match read_only_property(state, properties) {
+        Some(name) => {
+            Err(error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", &read_only_message(name)))
+        }
+        None => Ok(()),
     }
-    Ok(())
 }
 
+/// One input's error in a multi-status answer: HubSpot's error body, naming the input by its
+/// id and its trace id.
+fn input_error(input: &BatchInput, property: &str) -> Value {
+    let message = read_only_message(property);
+    let mut error = json!({
+        "status": "error",
+        "category": "VALIDATION_ERROR",
+        "message": message,
+        "id": input.id,
+        "context": {"ids": [input.id]},
+        "errors": [{"message": message, "code": "READ_ONLY_VALUE", "in": property}],
+    });
+    if let Some(trace) = &input.object_write_trace_id {
+        error["objectWriteTraceId"] = json!(trace);
+    }
+    error
+}
+
+/// Batch upsert as documented: at most [`BATCH_INPUTS_MAX`] inputs; a duplicate id, a
+/// non-unique `idProperty` or a malformed body rejects the whole batch (400) before anything
+/// is applied. An input with an invalid property fails alone (207, in `errors`) when every
+/// input carries an `objectWriteTraceId`, as HubSpot documents multi-status answers; without
+/// them it rejects the whole batch (400). Each applied input is one entry of the effect log.
+/// Faults apply to the call as a whole: a 5xx or 429 before anything is applied, a lost answer
+/// after every input is.
 async fn batch_upsert(
     State(shared): State<Arc<Mutex<HubSpotState>>>,
     Path(object): Path<String>,
@@ -361,6 +423,7 @@ async fn batch_upsert(
 ) -> Response {
     let (response, delay) = 'answer: {
         let mut state = shared.lock().expect("lock");
+        state.write_calls.batch_upsert += 1;
         let limits = match admit(&mut state, &headers) {
             Ok(limits) => limits,
             Err(response) => return response,
@@ -369,92 +432,119 @@ async fn batch_upsert(
             (Ok(()), delay) => delay,
             (Err(response), delay) => break 'answer (with_headers(response, &limits), delay),
         };
-        let Ok(batch) = serde_json::from_str::<Batch>(&body) else {
-            return with_headers(
-                error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", "Invalid input JSON"),
-                &limits,
-            );
-        };
-        if batch.inputs.len() > 100 {
-            return with_headers(
-                error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", "Batch size exceeds 100 inputs"),
-                &limits,
-            );
+        match apply_batch(&mut state, &object, &body) {
+            Ok(response) => (with_headers(response, &limits), delay),
+            // A refused batch applied nothing: there is no answer to lose.
+            Err(response) => return with_headers(response, &limits),
         }
-        let ids: HashSet<(&str, &str)> =
-            batch.inputs.iter().map(|i| (i.id_property.as_str(), i.id.as_str())).collect();
-        if ids.len() != batch.inputs.len() {
-            return with_headers(
-                error(
-                    StatusCode::BAD_REQUEST,
-                    "VALIDATION_ERROR",
-                    "Duplicate IDs found in batch input",
-                ),
-                &limits,
-            );
-        }
-        let mut results = Vec::new();
-        for input in &batch.inputs {
-            let unique = state
-                .unique_properties
-                .get(&object)
-                .is_some_and(|u| u.contains(&input.id_property));
-            if !unique {
-                let type_id = if object == "contacts" { "0-1" } else { "0-2" };
-                let message = format!(
-                    "Unable to perform update/upsert by non-unique {type_id} property {} in portal ID 21939747",
-                    input.id_property
-                );
-                return with_headers(
-                    error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", &message),
-                    &limits,
-                );
-            }
-            if let Err(response) = check_properties(&state, &input.properties) {
-                return with_headers(response, &limits);
-            }
-        }
-        for input in batch.inputs {
-            let existing = state.records.iter().position(|r| {
-                r.object == object && r.properties.get(&input.id_property) == Some(&input.id)
-            });
-            state.writes.push(Write {
-                object: object.clone(),
-                id: input.id.clone(),
-                properties: input.properties.clone(),
-            });
-            let (index, new) = match existing {
-                Some(index) => {
-                    state.records[index].properties.extend(input.properties);
-                    state.records[index].updated = Instant::now();
-                    (index, false)
-                }
-                None => {
-                    state.next_id += 1;
-                    let mut properties = input.properties;
-                    properties.insert(input.id_property.clone(), input.id.clone());
-                    let id = state.next_id;
-                    state.records.push(Record {
-                        id,
-                        object: object.clone(),
-                        properties,
-                        updated: Instant::now(),
-                    });
-                    (state.records.len() - 1, true)
-                }
-            };
-            results.push(record_json(&state.records[index], Some(new)));
-        }
-        let body = json!({
-            "status": "COMPLETE",
-            "results": results,
-            "requestedAt": "2026-01-01T00:00:00Z",
-            "startedAt": "2026-01-01T00:00:00Z",
-            "completedAt": "2026-01-01T00:00:00Z",
-        });
-        (with_headers(Json(body).into_response(), &limits), delay)
     };
     after(delay, response).await
+}
+
+/// Checks a batch and applies its valid inputs; `Err`: the whole batch is refused.
+fn apply_batch(state: &mut HubSpotState, object: &str, body: &str) -> Result<Response, Response> {
+    let Ok(batch) = serde_json::from_str::<Batch>(body) else {
+        return Err(error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", "Invalid input JSON"));
+    };
+    if batch.inputs.len() > BATCH_INPUTS_MAX {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "VALIDATION_ERROR",
+            &format!(
+                "Batch input size {} exceeds the limit of {BATCH_INPUTS_MAX} inputs",
+                batch.inputs.len()
+            ),
+        ));
+    }
+    let ids: HashSet<(&str, &str)> =
+        batch.inputs.iter().map(|i| (i.id_property.as_str(), i.id.as_str())).collect();
+    if ids.len() != batch.inputs.len() {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "VALIDATION_ERROR",
+            "Duplicate IDs found in batch input",
+        ));
+    }
+    for input in &batch.inputs {
+        let unique =
+            state.unique_properties.get(object).is_some_and(|u| u.contains(&input.id_property));
+        if !unique {
+            let type_id = if object == "contacts" { "0-1" } else { "0-2" };
+            let message = format!(
+                "Unable to perform update/upsert by non-unique {type_id} property {} in portal ID 21939747",
+                input.id_property
+            );
+            return Err(error(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", &message));
+        }
+    }
+    let multi_status = batch.inputs.iter().all(|i| i.object_write_trace_id.is_some());
+    let mut errors = Vec::new();
+    let mut valid = Vec::new();
+    for input in batch.inputs {
+        match read_only_property(state, &input.properties) {
+            None => valid.push(input),
+            Some(name) if multi_status => errors.push(input_error(&input, name)),
+            Some(name) => {
+                return Err(error(
+                    StatusCode::BAD_REQUEST,
+                    "VALIDATION_ERROR",
+                    &read_only_message(name),
+                ));
+            }
+        }
+    }
+    let mut results = Vec::new();
+    for input in valid {
+        let existing = state.records.iter().position(|r| {
+            r.object == object && r.properties.get(&input.id_property) == Some(&input.id)
+        });
+        state.writes.push(Write {
+            object: object.to_owned(),
+            id: input.id.clone(),
+            properties: input.properties.clone(),
+        });
+        let (index, new) = match existing {
+            Some(index) => {
+                state.records[index].properties.extend(input.properties);
+                state.records[index].updated = Instant::now();
+                (index, false)
+            }
+            None => {
+                state.next_id += 1;
+                let mut properties = input.properties;
+                properties.insert(input.id_property.clone(), input.id.clone());
+                let id = state.next_id;
+                state.records.push(Record {
+                    id,
+                    object: object.to_owned(),
+                    properties,
+                    updated: Instant::now(),
+                });
+                (state.records.len() - 1, true)
+            }
+        };
+        let mut result = record_json(&state.records[index], Some(new));
+        if let Some(trace) = input.object_write_trace_id {
+            result["objectWriteTraceId"] = json!(trace);
+        }
+        results.push(result);
+    }
+    if state.results_reversed {
+        results.reverse();
+    }
+    let mut body = json!({
+        "status": "COMPLETE",
+        "results": results,
+        "requestedAt": "2026-01-01T00:00:00Z",
+        "startedAt": "2026-01-01T00:00:00Z",
+        "completedAt": "2026-01-01T00:00:00Z",
+    });
+    if errors.is_empty() {
+        return Ok(Json(body).into_response());
+    }
+    body["numErrors"] = json!(errors.len());
+    body["errors"] = json!(errors);
+    Ok((StatusCode::MULTI_STATUS, Json(body)).into_response())
 }
 
 fn find(state: &HubSpotState, object: &str, id: &str, id_property: Option<&str>) -> Option<usize> {
@@ -547,6 +637,7 @@ async fn update(
     body: String,
 ) -> Response {
     let mut state = shared.lock().expect("lock");
+    state.write_calls.update += 1;
     let limits = match admit(&mut state, &headers) {
         Ok(limits) => limits,
         Err(response) => return response,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
@@ -42,6 +42,22 @@ pub struct Write {
     /// The fields the write set, as text.
     pub fields: BTreeMap<String, String>,
 }
+
+/// Write requests received, by endpoint, whatever their answer: a test tells one collection
+/// call from one call per record by them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteCalls {
+    /// `PATCH …/sobjects/{object}/{field}/{value}`.
+    pub upsert: u64,
+    /// `PATCH …/composite/sobjects/{object}/{field}`, of any number of records.
+    pub collection_upsert: u64,
+}
+
+/// Records one sObject Collections call may carry; more answer 400 `EXCEEDED_ID_LIMIT`.
+pub const COLLECTION_RECORDS_MAX: usize = 200;
+
+/// The first API version with sObject Collections upsert.
+const COLLECTIONS_SINCE_VERSION: f64 = 46.0;
 
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -81,6 +97,8 @@ pub struct SalesforceState {
     dice: Option<Dice>,
     /// Every write applied, in order.
     pub writes: Vec<Write>,
+    /// Write requests received, by endpoint.
+    pub write_calls: WriteCalls,
     next_id: u64,
 }
 
@@ -125,6 +143,7 @@ impl FakeSalesforce {
             lookup_faults: VecDeque::new(),
             dice: None,
             writes: Vec::new(),
+            write_calls: WriteCalls::default(),
             next_id: 1,
         }));
         let router = Router::new()
@@ -133,6 +152,10 @@ impl FakeSalesforce {
             .route(
                 "/services/data/{version}/sobjects/{object}/{field}/{value}",
                 get(lookup).patch(upsert),
+            )
+            .route(
+                "/services/data/{version}/composite/sobjects/{object}/{field}",
+                patch(collection_upsert),
             )
             .with_state(Arc::clone(&state));
         let running = crate::spawn(listener, base_url.clone(), router);
@@ -185,6 +208,11 @@ impl FakeSalesforce {
 
     pub fn writes(&self) -> Vec<Write> {
         self.lock().writes.clone()
+    }
+
+    /// Write requests received so far, by endpoint.
+    pub fn write_calls(&self) -> WriteCalls {
+        self.lock().write_calls
     }
 }
 
@@ -346,6 +374,7 @@ async fn upsert(
 ) -> Response {
     let (response, delay) = {
         let mut state = shared.lock().expect("lock");
+        state.write_calls.upsert += 1;
         match admit(&mut state, &headers) {
             Err(response) => (response, Duration::ZERO),
             Ok(limit) => match plan(&mut state, Access::Write, &limit) {
@@ -534,6 +563,263 @@ fn write(object: &str, id: &str, fields: &BTreeMap<String, Value>) -> Write {
         id: id.to_owned(),
         fields: fields.iter().map(|(name, value)| (name.clone(), text(value))).collect(),
     }
+}
+
+/// sObject Collections upsert as documented (v46.0 and later): at most
+/// [`COLLECTION_RECORDS_MAX`] records of the URI's object, each with `attributes.type`, its
+/// external id in the body and no `Id`. A malformed call answers 400 and applies nothing; a
+/// well-formed one answers 200 with one result per record, in order, each with its own
+/// `success`, `created` and `errors` (`statusCode`, not `errorCode`). With `allOrNone`, one
+/// failure rolls every record back. Each applied record is one entry of the effect log.
+/// Faults apply to the call as a whole (a 5xx or the daily limit before anything is applied, a
+/// lost answer after every record is), except those about records (a locked row, a validation
+/// rule), which fail every record in its result.
+async fn collection_upsert(
+    State(shared): State<Arc<Mutex<SalesforceState>>>,
+    Path((version, object, field)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let (response, delay) = {
+        let mut state = shared.lock().expect("lock");
+        state.write_calls.collection_upsert += 1;
+        match admit(&mut state, &headers) {
+            Err(response) => (response, Duration::ZERO),
+            Ok(limit) => {
+                let record_fault = take_record_fault(&mut state);
+                let planned = match record_fault {
+                    Some(_) => (Ok(()), Duration::ZERO),
+                    None => plan(&mut state, Access::Write, &limit),
+                };
+                match planned {
+                    (Err(response), delay) => (response, delay),
+                    (Ok(()), delay) => {
+                        let call =
+                            CollectionCall { version: &version, object: &object, field: &field };
+                        let response = apply_collection(
+                            &mut state,
+                            &call,
+                            &body,
+                            record_fault.as_ref(),
+                            &limit,
+                        );
+                        (response, delay)
+                    }
+                }
+            }
+        }
+    };
+    after(delay, response).await
+}
+
+/// A scripted fault about records rather than the call, as a record's error: a collection
+/// reports a locked row or a validation rule in the record's result, under a 200.
+fn take_record_fault(state: &mut SalesforceState) -> Option<Value> {
+    let error = match state.faults.front() {
+        Some(Fault::LockRow) => record_error(
+            "UNABLE_TO_LOCK_ROW",
+            "unable to obtain exclusive access to this record",
+            &[],
+        ),
+        Some(Fault::Validation) => {
+            record_error("FIELD_CUSTOM_VALIDATION_EXCEPTION", "Value does not pass validation", &[])
+        }
+        _ => return None,
+    };
+    state.faults.pop_front();
+    Some(error)
+}
+
+/// One record's error in a collection's results.
+fn record_error(code: &str, message: &str, fields: &[&str]) -> Value {
+    json!({"statusCode": code, "message": message, "fields": fields})
+}
+
+fn record_failed(error: Value) -> Value {
+    json!({"success": false, "errors": [error]})
+}
+
+/// What the URI of a collection call names.
+struct CollectionCall<'a> {
+    version: &'a str,
+    object: &'a str,
+    field: &'a str,
+}
+
+#[derive(serde::Deserialize)]
+struct Collection {
+    #[serde(rename = "allOrNone", default)]
+    all_or_none: bool,
+    records: Vec<serde_json::Map<String, Value>>,
+}
+
+/// What one record of a collection does, decided for every record before any is applied (so
+/// that `allOrNone` can refuse them all).
+enum Step {
+    Update { index: usize, value: String, fields: BTreeMap<String, Value> },
+    Create { value: String, fields: BTreeMap<String, Value> },
+    Fail(Value),
+}
+
+fn apply_collection(
+    state: &mut SalesforceState,
+    call: &CollectionCall<'_>,
+    body: &str,
+    record_fault: Option<&Value>,
+    limit: &str,
+) -> Response {
+    let CollectionCall { version, object, field } = *call;
+    if version_number(version) < COLLECTIONS_SINCE_VERSION || !state.objects.contains(object) {
+        return error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "The requested resource does not exist",
+            Some(limit),
+        );
+    }
+    let Ok(collection) = serde_json::from_str::<Collection>(body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "JSON_PARSER_ERROR",
+            "Cannot deserialize the request body",
+            Some(limit),
+        );
+    };
+    if collection.records.len() > COLLECTION_RECORDS_MAX {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "EXCEEDED_ID_LIMIT",
+            &format!(
+                "record limit reached. cannot submit more than {COLLECTION_RECORDS_MAX} records into this call"
+            ),
+            Some(limit),
+        );
+    }
+    let typed = |record: &serde_json::Map<String, Value>| {
+        record.get("attributes").and_then(|a| a.get("type")).and_then(Value::as_str) == Some(object)
+    };
+    if !collection.records.iter().all(typed) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_TYPE",
+            &format!("Each record must have attributes.type {object}, the object of the URI"),
+            Some(limit),
+        );
+    }
+    // How the real API treats one external id twice in a call is not documented: here every
+    // occurrence fails, and none is applied.
+    let mut occurrences: HashMap<String, usize> = HashMap::new();
+    for value in collection.records.iter().filter_map(|r| r.get(field).and_then(Value::as_str)) {
+        *occurrences.entry(value.to_owned()).or_default() += 1;
+    }
+    let steps: Vec<Step> = collection
+        .records
+        .into_iter()
+        .map(|record| collection_step(state, call, &occurrences, record_fault, record))
+        .collect();
+    let failed = steps.iter().any(|step| matches!(step, Step::Fail(_)));
+    if collection.all_or_none && failed {
+        let results: Vec<Value> = steps
+            .into_iter()
+            .map(|step| match step {
+                Step::Fail(error) => record_failed(error),
+                Step::Update { .. } | Step::Create { .. } => record_failed(record_error(
+                    "ALL_OR_NONE_OPERATION_ROLLED_BACK",
+                    "Record rolled back because not all records were valid and the request was using AllOrNone header",
+                    &[],
+                )),
+            })
+            .collect();
+        return with_limit(Json(results).into_response(), limit);
+    }
+    let results: Vec<Value> = steps
+        .into_iter()
+        .map(|step| match step {
+            Step::Fail(error) => record_failed(error),
+            Step::Update { index, value, fields } => {
+                state.writes.push(write(object, &value, &fields));
+                state.records[index].fields.extend(fields);
+                json!({"id": state.records[index].id, "success": true, "errors": [], "created": false})
+            }
+            Step::Create { value, fields } => {
+                let id = state.new_id(object);
+                state.writes.push(write(object, &value, &fields));
+                let mut record_fields = fields;
+                record_fields.insert(field.to_owned(), json!(value));
+                state.records.push(Record {
+                    id: id.clone(),
+                    object: object.to_owned(),
+                    fields: record_fields,
+                });
+                json!({"id": id, "success": true, "errors": [], "created": true})
+            }
+        })
+        .collect();
+    with_limit(Json(results).into_response(), limit)
+}
+
+/// What one record would do, checked as the single upsert checks it.
+fn collection_step(
+    state: &SalesforceState,
+    call: &CollectionCall<'_>,
+    occurrences: &HashMap<String, usize>,
+    record_fault: Option<&Value>,
+    record: serde_json::Map<String, Value>,
+) -> Step {
+    let CollectionCall { version, object, field } = *call;
+    let Some(value) = record.get(field).and_then(Value::as_str).map(str::to_owned) else {
+        return Step::Fail(record_error(
+            "REQUIRED_FIELD_MISSING",
+            &format!("Required fields are missing: [{field}]"),
+            &[field],
+        ));
+    };
+    if record.contains_key("Id") {
+        return Step::Fail(record_error(
+            "INVALID_FIELD",
+            "Id cannot be set in an upsert by external id",
+            &["Id"],
+        ));
+    }
+    if occurrences.get(&value).is_some_and(|n| *n > 1) {
+        return Step::Fail(record_error(
+            "DUPLICATE_VALUE",
+            &format!("Duplicate external id specified: {value}"),
+            &[field],
+        ));
+    }
+    let fields: BTreeMap<String, Value> =
+        record.into_iter().filter(|(name, _)| name != "attributes" && name != field).collect();
+    let matches = state.matching(object, field, &value);
+    if matches.len() > 1 {
+        let urls = record_urls(state, version, object, &matches);
+        return Step::Fail(record_error(
+            "DUPLICATE_EXTERNAL_ID",
+            &format!("{field}: more than one record found for external id field: {urls}"),
+            &[field],
+        ));
+    }
+    if let Some(fault) = record_fault {
+        return Step::Fail(fault.clone());
+    }
+    if let Some(&index) = matches.first() {
+        return Step::Update { index, value, fields };
+    }
+    let missing: Vec<&str> = state
+        .required_fields
+        .get(object)
+        .map(|required| {
+            required.iter().filter(|f| !fields.contains_key(*f)).map(String::as_str).collect()
+        })
+        .unwrap_or_default();
+    if !missing.is_empty() {
+        return Step::Fail(record_error(
+            "REQUIRED_FIELD_MISSING",
+            &format!("Required fields are missing: [{}]", missing.join(", ")),
+            &missing,
+        ));
+    }
+    Step::Create { value, fields }
 }
 
 async fn lookup(

@@ -191,6 +191,37 @@ const EVENT_STATE: &str = "UPDATE events SET state = CASE \
     WHEN EXISTS (SELECT 1 FROM outbox WHERE event_id = $1 AND state = 'dead') THEN 'dead' \
     ELSE 'done' END WHERE id = $1";
 
+/// [`EVENT_STATE`] for many events: followed by the parenthesised list of their ids.
+pub(crate) const EVENT_STATES: &str = "UPDATE events SET state = CASE \
+    WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = events.id AND o.state IN ('pending', 'in_flight')) THEN 'accepted' \
+    WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = events.id AND o.state = 'dead') THEN 'dead' \
+    ELSE 'done' END WHERE id IN";
+
+/// [`LockEvent`] for many events, taken in id order (the order every batch takes them, so two
+/// batches wait for each other rather than deadlock). `events` must be sorted.
+pub(crate) trait LockEvents {
+    async fn lock_events(&mut self, events: &[i64]) -> sqlx::Result<()>;
+}
+
+impl LockEvents for sqlx::Transaction<'_, sqlx::Postgres> {
+    async fn lock_events(&mut self, events: &[i64]) -> sqlx::Result<()> {
+        sqlx::query(
+            "SELECT id FROM events WHERE id IN (SELECT v_id FROM jsonb_to_recordset($1::jsonb) AS r(v_id bigint)) \
+             ORDER BY id FOR UPDATE",
+        )
+        .bind(crate::batch::ids_json(events))
+        .fetch_all(&mut **self)
+        .await?;
+        Ok(())
+    }
+}
+
+impl LockEvents for sqlx::Transaction<'_, sqlx::Sqlite> {
+    async fn lock_events(&mut self, _events: &[i64]) -> sqlx::Result<()> {
+        Ok(())
+    }
+}
+
 /// Takes an event's row lock before its items change, so that two finishes of one event's
 /// items (in two entities, at once) recompute its state one after the other: each in its own
 /// snapshot would see the other's item still in flight, and the event would stay `accepted`.
@@ -217,17 +248,6 @@ impl LockEvent for sqlx::Transaction<'_, sqlx::Sqlite> {
 
 async fn lock_event<T: LockEvent>(tx: &mut T, event_id: i64) -> sqlx::Result<()> {
     tx.lock_event(event_id).await
-}
-
-/// `($first, $first+1, $first+2), ...` for `rows` rows of three parameters.
-fn triples(rows: usize, first: usize) -> String {
-    (0..rows)
-        .map(|row| {
-            let n = first + 3 * row;
-            format!("(${n}, ${}, ${})", n + 1, n + 2)
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 impl Store {
@@ -258,9 +278,37 @@ impl Store {
                WHERE o.state = 'pending' AND o.next_attempt_at_ms <= $1 AND {free} AND {HEAD} \
                ORDER BY o.next_attempt_at_ms LIMIT $2) AS due"
         );
-        let lock = match self {
-            Store::Sqlite { .. } => "",
-            Store::Postgres(_) => "FOR UPDATE SKIP LOCKED",
+        let postgres = matches!(self, Store::Postgres(_));
+        let rows = crate::batch::json_rows(
+            postgres,
+            4,
+            &[("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text")],
+        );
+        // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `FROM` as a join constraint.
+        let insert = crate::batch::json_rows(
+            postgres,
+            1,
+            &[("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text")],
+        ) + " INSERT INTO entities (pipeline, target, entity) SELECT v_pipeline, v_target, v_entity FROM v \
+              WHERE true ON CONFLICT DO NOTHING";
+        let free = "(lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1)";
+        // PostgreSQL: the rows are locked first, skipping those another leaser holds, and
+        // updated by their physical address, so that the update joins nothing (a join of
+        // the locked rows back to `entities` by key was planned as a scan of the table).
+        // SQLite has one writer: nothing to skip.
+        let claim = if postgres {
+            format!(
+                "{rows} UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 \
+                 WHERE ctid = ANY(ARRAY(SELECT e.ctid FROM entities e JOIN v \
+                   ON e.pipeline = v_pipeline AND e.target = v_target AND e.entity = v_entity \
+                   WHERE (e.lease_expires_at_ms IS NULL OR e.lease_expires_at_ms <= $1) \
+                   FOR UPDATE OF e SKIP LOCKED))"
+            )
+        } else {
+            format!(
+                "{rows} UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 FROM v \
+                 WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND {free}"
+            )
         };
         let lease_sql = format!(
             "UPDATE outbox SET state = 'in_flight', lease_owner = $2, lease_expires_at_ms = $3, attempts = attempts + 1 \
@@ -284,28 +332,17 @@ impl Store {
             candidates.sort();
             candidates.dedup();
             let mut tx = pool.begin().await?;
-            let insert = format!(
-                "INSERT INTO entities (pipeline, target, entity) VALUES {} ON CONFLICT DO NOTHING",
-                triples(candidates.len(), 1)
-            );
-            let mut query = sqlx::query(&insert);
-            for (pipeline, target, entity) in &candidates {
-                query = query.bind(pipeline).bind(target).bind(entity);
-            }
-            query.execute(&mut *tx).await?;
-
-            let claim = format!(
-                "UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 \
-                 WHERE (pipeline, target, entity) IN (SELECT pipeline, target, entity FROM entities \
-                   WHERE (pipeline, target, entity) IN (VALUES {}) \
-                     AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1) {lock})",
-                triples(candidates.len(), 4)
-            );
-            let mut query = sqlx::query(&claim).bind(now_ms).bind(owner).bind(lease_expires_at_ms);
-            for (pipeline, target, entity) in &candidates {
-                query = query.bind(pipeline).bind(target).bind(entity);
-            }
-            if query.execute(&mut *tx).await?.rows_affected() == 0 {
+            let entities = crate::batch::entities_json(&candidates);
+            sqlx::query(&insert).bind(&entities).execute(&mut *tx).await?;
+            let claimed = sqlx::query(&claim)
+                .bind(now_ms)
+                .bind(owner)
+                .bind(lease_expires_at_ms)
+                .bind(&entities)
+                .execute(&mut *tx)
+                .await?;
+            let claimed = claimed.rows_affected();
+            if claimed == 0 {
                 return Ok(Vec::new());
             }
 
@@ -315,7 +352,10 @@ impl Store {
                 .bind(lease_expires_at_ms)
                 .fetch_all(&mut *tx)
                 .await?;
-            sqlx::query(
+            // An entity has one head: when every claimed entity got its item, none is left to
+            // release.
+            if u64::try_from(rows.len()).unwrap_or(u64::MAX) < claimed {
+                sqlx::query(
                 "UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL WHERE lease_owner = $1 \
                  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.pipeline = entities.pipeline \
                    AND o.target = entities.target AND o.entity = entities.entity \
@@ -324,6 +364,7 @@ impl Store {
             .bind(owner)
             .execute(&mut *tx)
             .await?;
+            }
             tx.commit().await?;
             rows.iter().map(leased_from_row).collect()
         })

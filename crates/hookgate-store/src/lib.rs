@@ -137,9 +137,11 @@ macro_rules! read_on_both {
     };
 }
 
+mod batch;
 mod delivery;
 mod payloads;
 
+pub use batch::{BeginCall, FinishItem};
 pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, CallKind, CallStart, EntityGuard, Finish,
     LeasedItem, PoolUsage, Replay, state,
@@ -712,6 +714,20 @@ impl Store {
         read_on_both!(self, pool => {
             let row = sqlx::query(&format!("{EVENT_COLUMNS} WHERE id = $1")).bind(id).fetch_optional(pool).await?;
             row.map(|r| event_from_row(&r)).transpose()
+        })
+    }
+
+    /// The events of these ids that exist, in one query (the events of a batch of leased
+    /// items).
+    pub async fn events_by_id(&self, ids: &[i64]) -> Result<Vec<EventRecord>> {
+        let postgres = matches!(self, Store::Postgres(_));
+        let sql = format!(
+            "{} {EVENT_COLUMNS} WHERE id IN (SELECT v_id FROM v)",
+            batch::json_rows(postgres, 1, &[("v_id", "bigint")])
+        );
+        read_on_both!(self, pool => {
+            let rows = sqlx::query(&sql).bind(batch::ids_json(ids)).fetch_all(pool).await?;
+            rows.iter().map(event_from_row).collect()
         })
     }
 

@@ -814,3 +814,124 @@ async fn a_batch_records_each_delivery_as_if_alone() {
     })
     .await;
 }
+
+fn call_row(row: Option<i64>, action: &'static str, outcome: &str, at: i64) -> Call {
+    Call {
+        row,
+        action,
+        started_at_ms: at,
+        finished_at_ms: at + 5,
+        outcome: outcome.into(),
+        status: Some(200),
+        excerpt: Some(format!("{{\"{outcome}\":true}}")),
+        error: None,
+        record_id: Some("R".into()),
+        meta: None,
+        sealed_with: None,
+    }
+}
+
+/// Batches give every item what it would get alone: its own fence, its own outcome.
+#[tokio::test]
+async fn batches_begin_and_finish_each_item_as_if_alone() {
+    on_both_backends(|store| async move {
+        let a = item(&store, "a", "A", Some("1"), 10).await;
+        let b = item(&store, "b", "B", None, 11).await;
+        let c = item(&store, "c", "C", None, 12).await;
+        // One event, two items (entities E and ext-1): finished in one batch, it is done.
+        let pair_delivery = NewDelivery { received_at_ms: 13, ..delivery("pair", "f", b"{}") };
+        let IntakeRecord::Accepted { event_id: pair } =
+            store.record_intake(&pair_delivery).await.unwrap()
+        else {
+            panic!("not accepted")
+        };
+        let leased = store.lease("w1", 100, 200, 10).await.unwrap();
+        assert_eq!(leased.len(), 5);
+        let of = |event: i64| leased.iter().find(|i| i.event_id == event).unwrap();
+        let (ia, ib, ic) = (of(a), of(b), of(c));
+        let pair_items: Vec<&LeasedItem> = leased.iter().filter(|i| i.event_id == pair).collect();
+
+        // C is renewed to 200 only; the others to 1,000.
+        let begin = |item, kind, expires| BeginCall {
+            item,
+            action: if kind == CallKind::Write { "upsert" } else { "lookup" },
+            kind,
+            now_ms: 100,
+            lease_expires_at_ms: expires,
+        };
+        let mut calls = vec![
+            begin(ia, CallKind::Write, 1_000),
+            begin(ib, CallKind::Read, 1_000),
+            begin(ic, CallKind::Write, 200),
+        ];
+        calls.extend(pair_items.iter().map(|i| begin(i, CallKind::Write, 1_000)));
+        let started = store.begin_calls(&calls).await.unwrap();
+        assert!(started.iter().all(Option::is_some), "{started:?}");
+        assert_eq!(started[0].unwrap().lease_expires_at_ms, 1_000);
+        assert!(store.outbox_for(a).await.unwrap()[0].in_doubt, "a write puts its item in doubt");
+        assert!(!store.outbox_for(b).await.unwrap()[0].in_doubt, "a read does not");
+
+        // C's lease ends; w2 takes C over. w1's next begin for C is refused, A's is not.
+        let taken = store.lease("w2", 300, 2_000, 10).await.unwrap();
+        assert_eq!(events_of(&taken), [c]);
+        let again = store
+            .begin_calls(&[begin(ia, CallKind::Read, 1_000), begin(ic, CallKind::Write, 1_000)])
+            .await
+            .unwrap();
+        assert!(again[0].is_some());
+        assert_eq!(again[1], None, "the lease on C was lost: no call begins");
+
+        let applied_a = Finish {
+            calls: vec![call_row(Some(started[0].unwrap().row), "upsert", "created", 100)],
+            ..finish(state::DONE, Some("1"))
+        };
+        let retry_b = Finish {
+            next_attempt_at_ms: 5_000,
+            calls: vec![call_row(None, "version_check", "decided", 100)],
+            ..finish(state::PENDING, None)
+        };
+        let done = finish(state::DONE, None);
+        let mut items = vec![
+            FinishItem { item: ia, finish: &applied_a },
+            FinishItem { item: ib, finish: &retry_b },
+            FinishItem { item: ic, finish: &done },
+        ];
+        items.extend(pair_items.iter().map(|item| FinishItem { item, finish: &done }));
+        let finished = store.finish_batch(&items, 400).await.unwrap();
+        assert_eq!(finished, [true, true, false, true, true], "C belongs to w2 now");
+
+        assert_eq!(store.event(a).await.unwrap().unwrap().state, "done");
+        assert_eq!(applied(&store, "A").await.as_deref(), Some("1"));
+        let story = store.attempts_for(a).await.unwrap();
+        assert_eq!(story.len(), 2, "{story:?}");
+        assert_eq!(story[0].outcome.as_deref(), Some("created"));
+        assert_eq!(story[0].finished_at_ms, Some(105));
+        assert_eq!(story[0].excerpt.as_deref(), Some("{\"created\":true}"));
+        assert_eq!(story[1].outcome, None, "the begun read was never finished");
+
+        let b_item = &store.outbox_for(b).await.unwrap()[0];
+        assert_eq!((b_item.state.as_str(), b_item.next_attempt_at_ms), ("pending", 5_000));
+        let b_story = store.attempts_for(b).await.unwrap();
+        assert_eq!(
+            b_story.iter().map(|s| s.action.as_deref()).collect::<Vec<_>>(),
+            [Some("lookup"), Some("version_check")],
+            "a call without a row is recorded at finish"
+        );
+        assert_eq!(b_story[1].worker, ib.lease_owner);
+
+        let c_item = &store.outbox_for(c).await.unwrap()[0];
+        assert_eq!(c_item.state, "in_flight", "w1 changed nothing of C");
+        assert!(store.lease("w3", 400, 3_000, 10).await.unwrap().iter().all(|i| i.event_id != c));
+        assert_eq!(store.event(pair).await.unwrap().unwrap().state, "done");
+
+        // w2 finishes C; B is leased again when due.
+        let finished = store
+            .finish_batch(&[FinishItem { item: &taken[0], finish: &done }], 500)
+            .await
+            .unwrap();
+        assert_eq!(finished, [true]);
+        assert_eq!(store.event(c).await.unwrap().unwrap().state, "done");
+        assert_eq!(events_of(&store.lease("w4", 5_000, 9_000, 10).await.unwrap()), [b]);
+    })
+    .await;
+}

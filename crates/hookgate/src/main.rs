@@ -467,6 +467,17 @@ struct WorkArgs {
     /// This process's name in the evidence (default: `worker-PID`).
     #[arg(long, env = "HOOKGATE_WORKER_ID")]
     worker_id: Option<String>,
+    /// Items whose CRM calls begin, or whose outcomes are recorded, in one transaction at
+    /// most; 1 records each alone.
+    #[arg(long, env = "HOOKGATE_STORE_BATCH_MAX", default_value_t = 128,
+          value_parser = clap::value_parser!(u16).range(1..=1000))]
+    store_batch_max: u16,
+    /// Batch calls in flight at once to one connector that has a batch call (HubSpot,
+    /// Salesforce, mock); more writes wait and join the next batch. A batch holds at most the
+    /// connector's own limit, and at most `--workers` writes.
+    #[arg(long, env = "HOOKGATE_CRM_BATCH_CALLS", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    crm_batch_calls: u16,
 }
 
 impl WorkArgs {
@@ -487,6 +498,8 @@ impl WorkArgs {
             lease: Duration::from_millis(self.lease_ms),
             call_timeout: Duration::from_millis(self.call_timeout_ms),
             idle_poll: Duration::from_millis(self.idle_poll_ms),
+            store_batch_max: usize::from(self.store_batch_max),
+            crm_batch_calls_max: usize::from(self.crm_batch_calls),
         };
         if let Err(problem) = config.check() {
             anyhow::bail!(

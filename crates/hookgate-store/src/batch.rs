@@ -1,0 +1,383 @@
+//! Delivery in batches: many items' calls begun, or many items finished, in one transaction of
+//! a few statements. Each item keeps the meaning [`Store::begin_call`] and [`Store::finish`]
+//! give it alone: its own fence (its lease owner), its own outcome; only the commit (one WAL
+//! sync) and the round trips are shared.
+//!
+//! **Rows travel as one JSON parameter.** A statement reads its rows from a row source `v`
+//! built from one JSON array (PostgreSQL: `jsonb_to_recordset`; SQLite: `json_each`), and
+//! joins it with `UPDATE ... FROM v`. So a statement's text does not depend on the batch's
+//! size: it is prepared once per connection and its plan is reused, there is no bound on
+//! parameters to chunk around, and the planner, which expects a hundred rows from a set-
+//! returning function, joins through the primary keys instead of scanning a table. The
+//! columns of `v` are prefixed `v_` so that no name is ambiguous against the updated table's.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Value, json};
+use sqlx::Row;
+
+use crate::delivery::{EVENT_STATES, LockEvents};
+use crate::{CallKind, CallStart, Finish, LeasedItem, Result, Store};
+
+/// `WITH v AS (...)`: a row source of the named columns (name, PostgreSQL type) read from the
+/// JSON array bound to `$param`.
+pub(crate) fn json_rows(postgres: bool, param: usize, columns: &[(&str, &str)]) -> String {
+    if postgres {
+        let typed: Vec<String> = columns.iter().map(|(name, ty)| format!("{name} {ty}")).collect();
+        format!(
+            "WITH v AS (SELECT * FROM jsonb_to_recordset(${param}::jsonb) AS r({}))",
+            typed.join(", ")
+        )
+    } else {
+        let read: Vec<String> = columns
+            .iter()
+            .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
+            .collect();
+        format!("WITH v AS (SELECT {} FROM json_each(${param}))", read.join(", "))
+    }
+}
+
+/// The JSON array of [`json_rows`].
+fn rows_json(rows: impl Iterator<Item = Value>) -> String {
+    Value::Array(rows.collect()).to_string()
+}
+
+/// The rows of a list of ids, as [`json_rows`] with one `v_id bigint` column.
+pub(crate) fn ids_json(ids: &[i64]) -> String {
+    rows_json(ids.iter().map(|id| json!({ "v_id": id })))
+}
+
+/// The rows of entity keys, as [`json_rows`] with `v_pipeline`, `v_target`, `v_entity`.
+pub(crate) fn entities_json(entities: &[(String, String, String)]) -> String {
+    rows_json(entities.iter().map(|(pipeline, target, entity)| {
+        json!({ "v_pipeline": pipeline, "v_target": target, "v_entity": entity })
+    }))
+}
+
+/// A call to begin, for [`Store::begin_calls`].
+#[derive(Debug, Clone, Copy)]
+pub struct BeginCall<'a> {
+    pub item: &'a LeasedItem,
+    pub action: &'a str,
+    pub kind: CallKind,
+    pub now_ms: i64,
+    pub lease_expires_at_ms: i64,
+}
+
+/// An item to finish, for [`Store::finish_batch`].
+#[derive(Debug, Clone, Copy)]
+pub struct FinishItem<'a> {
+    pub item: &'a LeasedItem,
+    pub finish: &'a Finish,
+}
+
+/// The version guard's new values for one entity, as [`Store::finish`] computes them.
+fn guard_values(item: &LeasedItem, finish: &Finish) -> [Option<String>; 4] {
+    let (applied, applied_text) = match &finish.applied {
+        Some(v) => (Some(v.sort_key.clone()), Some(v.text.clone())),
+        None => (None, None),
+    };
+    // A write dead-lettered in doubt may be in the CRM: it raises the doubted version.
+    let (doubted, doubted_text) = match (finish.state, finish.in_doubt, &item.version) {
+        ("dead", true, Some(version)) => {
+            (Some(version.clone()), Some(item.version_text.clone().unwrap_or(version.clone())))
+        }
+        _ => (None, None),
+    };
+    [applied, applied_text, doubted, doubted_text]
+}
+
+type EntityKey = (String, String, String);
+
+fn entity_key(item: &LeasedItem) -> EntityKey {
+    (item.pipeline.clone(), item.target.clone(), item.entity.clone())
+}
+
+/// The row source of entities with their lease owners.
+const ENTITY_COLUMNS: [(&str, &str); 4] =
+    [("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text"), ("v_owner", "text")];
+
+impl Store {
+    /// [`Store::begin_call`] for many items at once, in one transaction: each item's answer is
+    /// what `begin_call` would give it alone (`None` where its lease was lost). Items must be
+    /// of distinct entities, as leased items are.
+    pub async fn begin_calls(&self, calls: &[BeginCall<'_>]) -> Result<Vec<Option<CallStart>>> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let postgres = matches!(self, Store::Postgres(_));
+        let mut columns = ENTITY_COLUMNS.to_vec();
+        columns.push(("v_expires", "bigint"));
+        // The lease first: an item whose entity is no longer its worker's begins nothing.
+        let renew = format!(
+            "{} UPDATE entities SET lease_expires_at_ms = v_expires FROM v \
+             WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity \
+               AND lease_owner = v_owner \
+             RETURNING pipeline, target, entity",
+            json_rows(postgres, 1, &columns)
+        );
+        let renew_rows = rows_json(calls.iter().map(|call| {
+            let item = call.item;
+            json!({
+                "v_pipeline": item.pipeline, "v_target": item.target, "v_entity": item.entity,
+                "v_owner": item.lease_owner, "v_expires": call.lease_expires_at_ms,
+            })
+        }));
+        let mark = format!(
+            "{} UPDATE outbox SET lease_expires_at_ms = v_expires, \
+               in_doubt = CASE WHEN v_write = 1 THEN 1 ELSE in_doubt END \
+             FROM v WHERE id = v_id AND lease_owner = v_owner AND state = 'in_flight' \
+             RETURNING id",
+            json_rows(
+                postgres,
+                1,
+                &[
+                    ("v_id", "bigint"),
+                    ("v_owner", "text"),
+                    ("v_expires", "bigint"),
+                    ("v_write", "bigint")
+                ]
+            )
+        );
+        let record = format!(
+            "{} INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, action) \
+             SELECT v_id, v_event, v_attempt, v_owner, v_started, v_action FROM v \
+             RETURNING id, outbox_id",
+            json_rows(
+                postgres,
+                1,
+                &[
+                    ("v_id", "bigint"),
+                    ("v_event", "bigint"),
+                    ("v_attempt", "bigint"),
+                    ("v_owner", "text"),
+                    ("v_started", "bigint"),
+                    ("v_action", "text"),
+                ]
+            )
+        );
+        on_both!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let mut held: HashSet<EntityKey> = HashSet::new();
+            for row in sqlx::query(&renew).bind(&renew_rows).fetch_all(&mut *tx).await? {
+                held.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+            }
+            let leased: Vec<&BeginCall<'_>> =
+                calls.iter().filter(|call| held.contains(&entity_key(call.item))).collect();
+            let mark_rows = rows_json(leased.iter().map(|call| {
+                json!({
+                    "v_id": call.item.id, "v_owner": call.item.lease_owner,
+                    "v_expires": call.lease_expires_at_ms,
+                    "v_write": i64::from(call.kind == CallKind::Write),
+                })
+            }));
+            let mut marked: HashSet<i64> = HashSet::new();
+            for row in sqlx::query(&mark).bind(&mark_rows).fetch_all(&mut *tx).await? {
+                marked.insert(row.try_get(0)?);
+            }
+            let begun: Vec<&BeginCall<'_>> =
+                leased.into_iter().filter(|call| marked.contains(&call.item.id)).collect();
+            let record_rows = rows_json(begun.iter().map(|call| {
+                let item = call.item;
+                json!({
+                    "v_id": item.id, "v_event": item.event_id, "v_attempt": item.attempts,
+                    "v_owner": item.lease_owner, "v_started": call.now_ms, "v_action": call.action,
+                })
+            }));
+            let mut rows: HashMap<i64, i64> = HashMap::new();
+            for row in sqlx::query(&record).bind(&record_rows).fetch_all(&mut *tx).await? {
+                rows.insert(row.try_get(1)?, row.try_get(0)?);
+            }
+            tx.commit().await?;
+            Ok(calls
+                .iter()
+                .map(|call| {
+                    rows.get(&call.item.id).map(|&row| CallStart {
+                        row,
+                        lease_expires_at_ms: call.lease_expires_at_ms,
+                    })
+                })
+                .collect())
+        })
+    }
+
+    /// [`Store::finish`] for many items at once, in one transaction: each item's answer is what
+    /// `finish` would give it alone (`false` where its lease was lost, and then nothing of it
+    /// is recorded). Items must be of distinct entities, as leased items are.
+    ///
+    /// Should an entity's lease be held while its item is not in flight under it (which
+    /// `finish` alone would leave untouched), the batch is rolled back and each item is
+    /// finished alone instead.
+    pub async fn finish_batch(&self, items: &[FinishItem<'_>], now_ms: i64) -> Result<Vec<bool>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Some(finished) = self.try_finish_batch(items, now_ms).await? {
+            return Ok(finished);
+        }
+        let mut finished = Vec::with_capacity(items.len());
+        for item in items {
+            finished.push(self.finish(item.item, item.finish, now_ms).await?);
+        }
+        Ok(finished)
+    }
+
+    /// `None`: rolled back, see [`Store::finish_batch`].
+    async fn try_finish_batch(
+        &self,
+        items: &[FinishItem<'_>],
+        now_ms: i64,
+    ) -> Result<Option<Vec<bool>>> {
+        let postgres = matches!(self, Store::Postgres(_));
+        let mut columns = ENTITY_COLUMNS.to_vec();
+        columns.extend([
+            ("v_applied", "text"),
+            ("v_applied_text", "text"),
+            ("v_doubted", "text"),
+            ("v_doubted_text", "text"),
+        ]);
+        // The guard never moves backwards: every assignment reads the row before the update.
+        let release = format!(
+            "{} UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL, \
+             applied_version = CASE WHEN v_applied IS NOT NULL AND (applied_version IS NULL OR applied_version < v_applied) \
+               THEN v_applied ELSE applied_version END, \
+             applied_version_text = CASE WHEN v_applied IS NOT NULL AND (applied_version IS NULL OR applied_version < v_applied) \
+               THEN v_applied_text ELSE applied_version_text END, \
+             doubted_version = CASE WHEN v_doubted IS NOT NULL AND (doubted_version IS NULL OR doubted_version < v_doubted) \
+               THEN v_doubted ELSE doubted_version END, \
+             doubted_version_text = CASE WHEN v_doubted IS NOT NULL AND (doubted_version IS NULL OR doubted_version < v_doubted) \
+               THEN v_doubted_text ELSE doubted_version_text END \
+             FROM v WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity \
+               AND lease_owner = v_owner \
+             RETURNING pipeline, target, entity",
+            json_rows(postgres, 1, &columns)
+        );
+        let release_rows = rows_json(items.iter().map(|FinishItem { item, finish }| {
+            let [applied, applied_text, doubted, doubted_text] = guard_values(item, finish);
+            json!({
+                "v_pipeline": item.pipeline, "v_target": item.target, "v_entity": item.entity,
+                "v_owner": item.lease_owner, "v_applied": applied, "v_applied_text": applied_text,
+                "v_doubted": doubted, "v_doubted_text": doubted_text,
+            })
+        }));
+        let move_items = format!(
+            "{} UPDATE outbox SET state = v_state, next_attempt_at_ms = v_next, in_doubt = v_doubt, \
+               record_id = COALESCE(v_record, record_id), last_error = v_error, finished_at_ms = v_finished, \
+               lease_owner = NULL, lease_expires_at_ms = NULL \
+             FROM v WHERE id = v_id AND lease_owner = v_owner AND state = 'in_flight' \
+             RETURNING id",
+            json_rows(
+                postgres,
+                1,
+                &[
+                    ("v_id", "bigint"),
+                    ("v_owner", "text"),
+                    ("v_state", "text"),
+                    ("v_next", "bigint"),
+                    ("v_doubt", "bigint"),
+                    ("v_record", "text"),
+                    ("v_error", "text"),
+                    ("v_finished", "bigint"),
+                ]
+            )
+        );
+        let call_columns = [
+            ("v_row", "bigint"),
+            ("v_id", "bigint"),
+            ("v_event", "bigint"),
+            ("v_attempt", "bigint"),
+            ("v_owner", "text"),
+            ("v_started", "bigint"),
+            ("v_finished", "bigint"),
+            ("v_action", "text"),
+            ("v_outcome", "text"),
+            ("v_status", "bigint"),
+            ("v_excerpt", "text"),
+            ("v_error", "text"),
+            ("v_record", "text"),
+            ("v_meta", "text"),
+            ("v_sealed", "text"),
+        ];
+        let update_calls = format!(
+            "{} UPDATE attempts SET finished_at_ms = v_finished, action = v_action, outcome = v_outcome, \
+               status = v_status, excerpt = v_excerpt, error = v_error, record_id = v_record, \
+               meta = v_meta, sealed_with = v_sealed \
+             FROM v WHERE id = v_row",
+            json_rows(postgres, 1, &call_columns)
+        );
+        let insert_calls = format!(
+            "{} INSERT INTO attempts (outbox_id, finished_at_ms, action, outcome, status, excerpt, error, \
+               record_id, meta, sealed_with, event_id, attempt, worker, started_at_ms) \
+             SELECT v_id, v_finished, v_action, v_outcome, v_status, v_excerpt, v_error, v_record, v_meta, \
+               v_sealed, v_event, v_attempt, v_owner, v_started FROM v",
+            json_rows(postgres, 1, &call_columns)
+        );
+        let event_states = format!(
+            "{} {EVENT_STATES} (SELECT v_id FROM v)",
+            json_rows(postgres, 1, &[("v_id", "bigint")])
+        );
+        on_both!(self, pool => {
+            let mut tx = pool.begin().await?;
+            // In the order `finish` takes its locks: the entity, the event, the item.
+            let mut released: HashSet<EntityKey> = HashSet::new();
+            for row in sqlx::query(&release).bind(&release_rows).fetch_all(&mut *tx).await? {
+                released.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+            }
+            let mine: Vec<&FinishItem<'_>> =
+                items.iter().filter(|i| released.contains(&entity_key(i.item))).collect();
+            let mut events: Vec<i64> = mine.iter().map(|i| i.item.event_id).collect();
+            events.sort_unstable();
+            events.dedup();
+            tx.lock_events(&events).await?;
+
+            let move_rows = rows_json(mine.iter().map(|FinishItem { item, finish }| {
+                let finished_at =
+                    matches!(finish.state, "done" | "dead" | "skipped_stale").then_some(now_ms);
+                json!({
+                    "v_id": item.id, "v_owner": item.lease_owner, "v_state": finish.state,
+                    "v_next": finish.next_attempt_at_ms, "v_doubt": i64::from(finish.in_doubt),
+                    "v_record": finish.record_id, "v_error": finish.error, "v_finished": finished_at,
+                })
+            }));
+            let mut moved: HashSet<i64> = HashSet::new();
+            for row in sqlx::query(&move_items).bind(&move_rows).fetch_all(&mut *tx).await? {
+                moved.insert(row.try_get(0)?);
+            }
+            if moved.len() != mine.len() {
+                // An entity released whose item was not in flight under it: `finish` alone
+                // would have changed nothing of that item. Undo, and let each go alone.
+                tx.rollback().await?;
+                return Ok(None);
+            }
+
+            let calls = |with_row: bool| {
+                rows_json(
+                    mine.iter()
+                        .flat_map(|i| i.finish.calls.iter().map(move |call| (i.item, call)))
+                        .filter(move |(_, call)| call.row.is_some() == with_row)
+                        .map(|(item, call)| {
+                            json!({
+                                "v_row": call.row, "v_id": item.id, "v_event": item.event_id,
+                                "v_attempt": item.attempts, "v_owner": item.lease_owner,
+                                "v_started": call.started_at_ms, "v_finished": call.finished_at_ms,
+                                "v_action": call.action, "v_outcome": call.outcome,
+                                "v_status": call.status, "v_excerpt": call.excerpt,
+                                "v_error": call.error, "v_record": call.record_id,
+                                "v_meta": call.meta, "v_sealed": call.sealed_with,
+                            })
+                        }),
+                )
+            };
+            let (begun, unbegun) = (calls(true), calls(false));
+            if begun != "[]" {
+                sqlx::query(&update_calls).bind(&begun).execute(&mut *tx).await?;
+            }
+            if unbegun != "[]" {
+                sqlx::query(&insert_calls).bind(&unbegun).execute(&mut *tx).await?;
+            }
+            sqlx::query(&event_states).bind(ids_json(&events)).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(Some(items.iter().map(|i| moved.contains(&i.item.id)).collect()))
+        })
+    }
+}
