@@ -13,9 +13,16 @@
 //!   0.8× the measured peak, p99 against pgbench's at the same rate (`-R`), latency counted
 //!   from each request's scheduled time.
 //! - **intake, SQLite**: at 1 and 16 clients, group commit on against off.
+//!   On PostgreSQL, deliveries per WAL sync (`pg_stat_wal`), against pgbench's.
+//! - **drain**: writes per second from a backlog into the mock CRM (in process, no latency) by
+//!   a server with `--drain-workers` workers, with 0, 100k and 1M other writes pending (copied
+//!   in SQL from one delivery taken through intake), against the rate with none and against the
+//!   intake peak; writes per WAL sync; then into the fake HubSpot answering in 100 ms, records
+//!   per call.
 //! - **memory**: each server's peak resident set.
 //!
-//! Besides the table on stdout, every figure goes to `target/bench/bench.json`.
+//! Besides the table on stdout, every figure goes to `target/bench/bench.json`. `--only`
+//! runs some parts (`verify,intake,drain`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -193,19 +200,53 @@ impl Drop for Server {
     }
 }
 
+/// The CRM a benchmark's server writes to.
+#[derive(Debug, Clone, Copy)]
+enum Crm<'a> {
+    /// The mock CRM, in process, no latency.
+    Mock,
+    /// The fake HubSpot at this base URL.
+    HubSpot(&'a str),
+}
+
+const HUBSPOT_TOKEN: &str = "pat-na1-bench";
+
 fn start(binary: &Path, dir: &Path, database_url: &str, extra: &[&str]) -> Result<Server> {
+    start_with(binary, dir, database_url, extra, Crm::Mock)
+}
+
+fn start_with(
+    binary: &Path,
+    dir: &Path,
+    database_url: &str,
+    extra: &[&str],
+    crm: Crm<'_>,
+) -> Result<Server> {
     let instances = dir.join("hookgate.yaml");
-    std::fs::write(
-        &instances,
-        format!(
-            "connectors:\n  - name: crm\n    kind: mock\n    settings:\n      path: {}\n",
-            dir.join("crm.sqlite").display()
+    let (connector, object, field) = match crm {
+        Crm::Mock => (
+            format!(
+                "kind: mock\n    settings:\n      path: {}\n",
+                dir.join("crm.sqlite").display()
+            ),
+            "o",
+            "id",
         ),
-    )?;
+        Crm::HubSpot(base_url) => (
+            format!(
+                "kind: hubspot\n    settings: {{ base_url: \"{base_url}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n"
+            ),
+            "customers",
+            "customer_id",
+        ),
+    };
+    std::fs::write(&instances, format!("connectors:\n  - name: crm\n    {connector}"))?;
     let pipeline = dir.join("bench.yaml");
     std::fs::write(
         &pipeline,
-        "name: bench\nsignature:\n  scheme: github\n  secrets: [{env: BENCH_SECRET}]\nkey:\n  header: X-Id\ntargets:\n  - name: t\n    connector: crm\n    object: o\n    external_id: {field: id, value: \"{{ event.key }}\"}\n",
+        format!(
+            "name: bench\nsignature:\n  scheme: github\n  secrets: [{{env: BENCH_SECRET}}]\nkey:\n  header: X-Id\ntargets:\n  - name: t\n    connector: crm\n    object: {object}\n    external_id: {{field: {field}, value: \"{{{{ event.key }}}}\"}}\n"
+        ),
     )?;
     let mut child = Command::new(binary)
         .args(["serve", "--database-url", database_url, "--listen", "127.0.0.1:0", "--instances"])
@@ -215,6 +256,7 @@ fn start(binary: &Path, dir: &Path, database_url: &str, extra: &[&str]) -> Resul
         .args(extra)
         .arg(&pipeline)
         .env("BENCH_SECRET", SECRET)
+        .env("HUBSPOT_TOKEN", HUBSPOT_TOKEN)
         .env("RUST_LOG", "error")
         .stdout(Stdio::piped())
         .spawn()
@@ -462,10 +504,25 @@ async fn postgres_bench(
     let mut peak = 0.0;
     for clients in [1, 8, 32] {
         let count = if clients == 1 { deliveries / 3 } else { deliveries };
+        let wal_before = wal_counters(url).await?;
         let (rate, latencies) =
             fire(&batched.base, "/hooks/bench", next_key, count, clients, 202).await?;
+        let wal = wal_counters(url).await?.since(wal_before);
         next_key += count;
+        let wal_before = wal_counters(url).await?;
         let baseline = pgbench(url, dir, clients, 8, None)?;
+        let baseline_wal = wal_counters(url).await?.since(wal_before);
+        let per_sync = count as f64 / wal.syncs.max(1) as f64;
+        let baseline_per_sync = baseline.latencies.len() as f64 / baseline_wal.syncs.max(1) as f64;
+        println!(
+            "    deliveries per WAL sync: {per_sync:.1} ({} commits, {} syncs); pgbench {baseline_per_sync:.1}",
+            wal.commits, wal.syncs
+        );
+        report.add(serde_json::json!({
+            "measure": "deliveries per WAL sync", "backend": "postgres", "clients": clients,
+            "value": per_sync, "commits": wal.commits, "syncs": wal.syncs,
+            "baseline": "pgbench, hookgate SQL", "baseline_value": baseline_per_sync,
+        }));
         row(
             report,
             "intake (group commit)",
@@ -570,6 +627,35 @@ fn memory(report: &mut Report, server: &Server, backend: &str) {
     }
 }
 
+/// Commits in one database and WAL syncs in the whole server, counted by PostgreSQL.
+#[derive(Debug, Clone, Copy)]
+struct WalCounters {
+    commits: i64,
+    syncs: i64,
+}
+
+impl WalCounters {
+    fn since(self, before: WalCounters) -> WalCounters {
+        WalCounters { commits: self.commits - before.commits, syncs: self.syncs - before.syncs }
+    }
+}
+
+/// [`WalCounters`] now. PostgreSQL publishes a backend's counts within a second of its
+/// transactions, so this waits that long first.
+async fn wal_counters(url: &str) -> Result<WalCounters> {
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let line = psql(
+        url,
+        "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) \
+         || ' ' || (SELECT wal_sync FROM pg_stat_wal)",
+    )?;
+    let mut numbers = line.split_whitespace().map(str::parse::<i64>);
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(commits)), Some(Ok(syncs))) => Ok(WalCounters { commits, syncs }),
+        _ => bail!("unexpected WAL counters from PostgreSQL: {line}"),
+    }
+}
+
 /// Runs SQL through `psql` and returns its unaligned output.
 fn psql(url: &str, sql: &str) -> Result<String> {
     let output = Command::new("psql")
@@ -601,7 +687,7 @@ async fn drain_bench(
     let mut first_rate = None;
     for &backlog in backlogs {
         let url = hookgate_store::testing::fresh_postgres_database().await;
-        let result = drain_once(binary, dir, &url, writes, backlog, workers).await;
+        let result = drain_once(binary, dir, &url, writes, backlog, workers, Crm::Mock).await;
         hookgate_store::testing::drop_postgres_database(&url).await;
         let (rate, calls) = result?;
         let baseline = first_rate.unwrap_or(rate);
@@ -622,6 +708,35 @@ async fn drain_bench(
             "records_per_crm_call": per_call,
         }));
     }
+
+    // Records per call under a backlog, where calls cost what a real CRM's do.
+    let latency = Duration::from_millis(100);
+    let hubspot = hookgate_fakes::hubspot::FakeHubSpot::start().await;
+    {
+        let mut state = hubspot.lock();
+        state.token = HUBSPOT_TOKEN.into();
+        state.unique_properties.insert("customers".into(), ["customer_id".to_owned()].into());
+        state.max_per_window = usize::MAX;
+        state.latency = latency;
+    }
+    let url = hookgate_store::testing::fresh_postgres_database().await;
+    let result =
+        drain_once(binary, dir, &url, writes, 0, workers, Crm::HubSpot(&hubspot.base_url)).await;
+    hookgate_store::testing::drop_postgres_database(&url).await;
+    let (rate, _) = result?;
+    let calls = hubspot.write_calls();
+    let records = hubspot.writes().len();
+    let per_call = records as f64 / (calls.batch_upsert + calls.update).max(1) as f64;
+    println!(
+        "drain into the fake HubSpot answering in {} ms: {rate:>6.0} writes/s   {per_call:.1} records per HubSpot call ({} calls)",
+        latency.as_millis(),
+        calls.batch_upsert + calls.update
+    );
+    report.add(serde_json::json!({
+        "measure": "drain into HubSpot", "backend": "postgres", "crm_latency_ms": latency.as_millis(),
+        "workers": workers, "writes": records, "per_second": rate,
+        "records_per_crm_call": per_call,
+    }));
     Ok(())
 }
 
@@ -633,14 +748,15 @@ async fn drain_once(
     writes: usize,
     backlog: usize,
     workers: usize,
+    crm: Crm<'_>,
 ) -> Result<(f64, Option<u64>)> {
-    let crm = dir.join("crm.sqlite");
+    let mock_file = dir.join("crm.sqlite");
     for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", crm.display()));
+        let _ = std::fs::remove_file(format!("{}{suffix}", mock_file.display()));
     }
     {
         // Intake only: migrates, and takes the one delivery the backlog is copied from.
-        let intake = start(binary, dir, url, &["--workers", "0"])?;
+        let intake = start_with(binary, dir, url, &["--workers", "0"], crm)?;
         let client = reqwest::Client::new();
         let body = br#"{"id":"template","name":"A customer","email":"a@example.com"}"#.to_vec();
         let signature = format!(
@@ -680,7 +796,8 @@ async fn drain_once(
         Ok(psql(url, "SELECT count(*) FROM outbox WHERE state = 'done'")?.parse()?)
     };
     let before = done()?;
-    let server = start(binary, dir, url, &["--workers", &workers.to_string()])?;
+    let wal_before = wal_counters(url).await?;
+    let server = start_with(binary, dir, url, &["--workers", &workers.to_string()], crm)?;
     let started = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -705,6 +822,14 @@ async fn drain_once(
         }
     }
     drop(server);
+    let wal = wal_counters(url).await?.since(wal_before);
+    let finished = done()? - before;
+    println!(
+        "    writes per WAL sync {:.1} ({} commits, {} syncs, {finished} writes)",
+        finished as f64 / wal.syncs.max(1) as f64,
+        wal.commits,
+        wal.syncs
+    );
     Ok((rate, calls))
 }
 

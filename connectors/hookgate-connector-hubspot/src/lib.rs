@@ -172,7 +172,18 @@ impl HubSpot {
         match response.status {
             // 207: some inputs failed, each with its own error.
             200 | 201 | 207 => read_batch_answer(requests, &response),
-            status => every(requests.len(), classify(status, &response, false)),
+            status => match classify(status, &response, false) {
+                // HubSpot refuses a whole batch for one bad input (a 400 without per-input
+                // errors): nothing was written, and alone each write gets its own answer.
+                ConnectorError::Rejected { .. } if requests.len() > 1 => {
+                    let mut outcomes = Vec::with_capacity(requests.len());
+                    for request in requests {
+                        outcomes.extend(Box::pin(self.batch_upsert(&[*request])).await);
+                    }
+                    outcomes
+                }
+                error => every(requests.len(), error),
+            },
         }
     }
 
@@ -388,7 +399,9 @@ fn read_batch_answer(
         }
     }
     let unanswered: Vec<usize> = (0..requests.len()).filter(|&i| outcomes[i].is_none()).collect();
-    if let ([index], [entry]) = (unanswered.as_slice(), left_over.as_slice()) {
+    // Only a write alone: in a batch, an entry nothing matches could be another input's, and
+    // guessing would turn an unknown outcome into a known one.
+    if let ([index], [entry], 1) = (unanswered.as_slice(), left_over.as_slice(), requests.len()) {
         let outcome = match serde_json::from_value::<InputResult>((*entry).clone()) {
             Ok(result) => Ok(UpsertOutcome {
                 record_id: result.id,
@@ -444,7 +457,8 @@ fn input_error(entry: &serde_json::Value, answer: Answer) -> ConnectorError {
         Some("INVALID_AUTHENTICATION" | "MISSING_SCOPES") => {
             ConnectorError::Misconfigured { message, answer }
         }
-        Some("INTERNAL_ERROR") => ConnectorError::Retryable { message, retry_after: None, answer },
+        // A server error inside a write need not mean it was not applied: look it up.
+        Some("INTERNAL_ERROR") => ConnectorError::Ambiguous { message, answer },
         _ => ConnectorError::Rejected { message, answer },
     }
 }

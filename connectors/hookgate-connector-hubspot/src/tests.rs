@@ -296,6 +296,15 @@ async fn a_whole_call_failure_is_every_inputs_outcome() {
     assert_eq!(classes(&outcomes), ["misconfigured"; 3]);
     assert!(fake.writes().is_empty(), "a refused call writes nothing");
     assert_eq!(fake.write_calls().batch_upsert, 3, "one call per batch, none repeated");
+
+    // A batch refused whole for a bad input (400): each write alone gets its own answer,
+    // rather than every write of the batch being dead-lettered for one.
+    fake.push_fault(fake::Fault::Validation);
+    fake.push_fault(fake::Fault::Validation);
+    let outcomes = hs.upsert_batch(&writes).await;
+    assert_eq!(classes(&outcomes), ["rejected", "ok", "ok"], "{outcomes:?}");
+    assert_eq!(fake.writes().len(), 2);
+    assert_eq!(fake.write_calls().batch_upsert, 3 + 1 + 3, "the batch, then each alone");
 }
 
 #[tokio::test]

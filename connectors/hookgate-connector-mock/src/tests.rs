@@ -139,10 +139,8 @@ async fn a_batch_refuses_records_one_by_one_and_fails_whole_for_a_call_fault() {
     let dir = tempfile::tempdir().unwrap();
     let faults = Faults { reject_external_ids: vec!["bad".into()], ..Faults::default() };
     let crm = mock(&dir, true, faults).await;
-    let missing = UpsertRequest {
-        operation: Operation::UpdateOnly,
-        ..request("nobody", "k3", "No one")
-    };
+    let missing =
+        UpsertRequest { operation: Operation::UpdateOnly, ..request("nobody", "k3", "No one") };
     let batch = [request("ada", "k1", "Ada"), request("bad", "k2", "Bad"), missing];
     let outcomes = crm.upsert_batch(&batch).await;
     let classes: Vec<&str> =

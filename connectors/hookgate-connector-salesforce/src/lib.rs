@@ -520,7 +520,18 @@ impl Salesforce {
         };
         let answer = with_limit_info(&response);
         if response.status != 200 {
-            return every(records.len(), self.classify(response.status, &response, false));
+            return match self.classify(response.status, &response, false) {
+                // A whole collection refused for one bad record (a field, the JSON): nothing
+                // was written, and alone each record gets its own answer.
+                ConnectorError::Rejected { .. } if records.len() > 1 => {
+                    let mut outcomes = Vec::with_capacity(records.len());
+                    for record in records {
+                        outcomes.push(self.upsert_inner(record).await);
+                    }
+                    outcomes
+                }
+                error => every(records.len(), error),
+            };
         }
         let results = match serde_json::from_str::<Vec<serde_json::Value>>(&response.body) {
             Ok(results) if results.len() == records.len() => results,
@@ -686,8 +697,9 @@ fn daily_limit(message: String, answer: Answer) -> ConnectorError {
 }
 
 /// A collection record's failure, classified by its `statusCode`s as a single upsert's answer
-/// with those `errorCode`s is: a locked row retried, the daily limit rate-limited, anything
-/// else about the record rejected.
+/// with those `errorCode`s is: a locked row retried, the daily limit rate-limited, a server
+/// error looked up (alone it comes as a 500, after which the write may have been applied),
+/// anything else about the record rejected.
 fn record_error(errors: &[serde_json::Value], answer: Answer) -> ConnectorError {
     let codes: Vec<String> = errors.iter().filter_map(code).map(str::to_owned).collect();
     let message = describe(errors);
@@ -695,6 +707,8 @@ fn record_error(errors: &[serde_json::Value], answer: Answer) -> ConnectorError 
         locked(message, answer)
     } else if has_code(&codes, DAILY_LIMIT_EXCEEDED) {
         daily_limit(message, answer)
+    } else if has_code(&codes, "UNKNOWN_EXCEPTION") {
+        ConnectorError::Ambiguous { message, answer }
     } else {
         ConnectorError::Rejected { message, answer }
     }

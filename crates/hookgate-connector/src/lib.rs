@@ -365,7 +365,8 @@ pub trait Connector: Send + Sync + std::fmt::Debug {
     /// Writes several records in one call, where the CRM has one (HubSpot's batch upsert,
     /// Salesforce's sObject Collections). The engine sends at most [`Connector::batch_max`]
     /// requests, each naming a different record (no two share object, external id field and
-    /// value), and never more than one write in flight per record.
+    /// value), and never more than one write in flight per ordering entity (two entities
+    /// that name one record may each have a write out, as with single calls).
     ///
     /// Returns one outcome per request, in request order, classified as [`Connector::upsert`]
     /// would classify it alone. A failure of the whole call is every request's outcome: a

@@ -232,7 +232,8 @@ type WriteReply = oneshot::Sender<Result<UpsertOutcome, ConnectorError>>;
 ///   budget its lease allows); a batch is given the earliest deadline of its writes, and a
 ///   write whose caller has given up (deadline passed, or stopped waiting) is never sent. So
 ///   as with a single call, no write is still out when another worker may take the entity
-///   over.
+///   over. A write that waited for more than half its budget is not sent either (answered
+///   retryable: nothing was written), so that one late write cannot cut a batch short.
 /// - **One write per record per batch.** A second write naming a record already in the batch
 ///   waits for the next one (HubSpot refuses a batch that names a record twice).
 /// - **Calls in flight are bounded** by `calls_max`: under a backlog, writes queue into fuller
@@ -331,6 +332,16 @@ async fn gather(
     for (write, reply) in candidates {
         // Its caller gave up: it must never be sent.
         if reply.is_closed() || write.deadline <= now {
+            continue;
+        }
+        // It waited more than half its time: sent now, it would cut its batch's call short
+        // and leave every write of it in doubt. Not sent, it is simply retried.
+        if write.deadline - now < write.budget / 2 {
+            let _ = reply.send(Err(ConnectorError::Retryable {
+                message: "not sent: it waited for a batch call for more than half its time".into(),
+                retry_after: None,
+                answer: Answer::default(),
+            }));
             continue;
         }
         let record = (
@@ -503,5 +514,32 @@ mod tests {
             let distinct: HashSet<&String> = batch.iter().collect();
             assert_eq!(distinct.len(), batch.len(), "a record twice in one batch: {batch:?}");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_that_waited_past_half_its_time_is_not_sent_and_one_out_of_time_is_unknown() {
+        let crm = Arc::new(SlowCrm {
+            latency: Duration::from_millis(300),
+            batches: StdMutex::new(Vec::new()),
+        });
+        let batcher = UpsertBatcher::start("slow", crm.clone(), 1, 64);
+        let first = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.upsert(write("first"), Duration::from_secs(10)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Queued behind a 300 ms call with 400 ms to live: by its turn, less than half is left.
+        let late = batcher.upsert(write("late"), Duration::from_millis(400)).await;
+        let error = late.unwrap_err();
+        assert_eq!(error.class(), "retryable", "{error}");
+        assert!(error.to_string().contains("not sent"), "{error}");
+        assert!(first.await.unwrap().is_ok());
+        // A call that outlives its writes' time: each write is unknown, as a single call's.
+        let short = batcher.upsert(write("short"), Duration::from_millis(100)).await;
+        let error = short.unwrap_err();
+        assert_eq!(error.class(), "ambiguous", "{error}");
+        assert!(error.to_string().contains("no answer within 100ms"), "{error}");
+        let batches = crm.batches.lock().unwrap().clone();
+        assert_eq!(batches, [vec!["first".to_owned()], vec!["short".to_owned()]]);
     }
 }

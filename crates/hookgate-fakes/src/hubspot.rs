@@ -85,6 +85,8 @@ pub struct HubSpotState {
     /// Batch results come in reverse input order: HubSpot does not promise input order, and a
     /// client that relies on it shows here.
     pub results_reversed: bool,
+    /// Added to every answer: a real CRM's round trip, for benchmarks.
+    pub latency: Duration,
     /// Served, one each, to the next writes instead of their answers.
     pub faults: VecDeque<Fault>,
     /// Served, one each, to the next reads of one record.
@@ -130,6 +132,7 @@ impl FakeHubSpot {
             window: VecDeque::new(),
             search_lag: Duration::ZERO,
             results_reversed: false,
+            latency: Duration::ZERO,
             faults: VecDeque::new(),
             lookup_faults: VecDeque::new(),
             dice: None,
@@ -337,6 +340,7 @@ fn plan(state: &mut HubSpotState, access: Access) -> (Result<(), Response>, Dura
             None => (Fate::Pass, Duration::ZERO),
         },
     };
+    let latency = latency + state.latency;
     match fate {
         Fate::Pass => (Ok(()), latency),
         Fate::Fail => (Err(server_error(503)), latency),

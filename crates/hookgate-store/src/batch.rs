@@ -93,6 +93,27 @@ fn entity_key(item: &LeasedItem) -> EntityKey {
     (item.pipeline.clone(), item.target.clone(), item.entity.clone())
 }
 
+/// Splits `rows` into those alone with their entity in the batch, and the others (with their
+/// positions). The batch statements tell a held lease by entity, so two items of one entity
+/// (one of them under a lease since taken over) must not share a batch: the others go one by
+/// one through the single statements, which check each item's own lease.
+fn alone_in_their_entity<T>(rows: &[T], item: impl Fn(&T) -> &LeasedItem) -> (Vec<&T>, Vec<usize>) {
+    let mut seen: HashMap<EntityKey, usize> = HashMap::new();
+    for row in rows {
+        *seen.entry(entity_key(item(row))).or_default() += 1;
+    }
+    let mut alone = Vec::new();
+    let mut shared = Vec::new();
+    for (position, row) in rows.iter().enumerate() {
+        if seen[&entity_key(item(row))] == 1 {
+            alone.push(row);
+        } else {
+            shared.push(position);
+        }
+    }
+    (alone, shared)
+}
+
 /// The row source of entities with their lease owners.
 const ENTITY_COLUMNS: [(&str, &str); 4] =
     [("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text"), ("v_owner", "text")];
@@ -102,6 +123,31 @@ impl Store {
     /// what `begin_call` would give it alone (`None` where its lease was lost). Items must be
     /// of distinct entities, as leased items are.
     pub async fn begin_calls(&self, calls: &[BeginCall<'_>]) -> Result<Vec<Option<CallStart>>> {
+        let (alone, shared) = alone_in_their_entity(calls, |call| call.item);
+        let begun = self.begin_calls_alone(&alone).await?;
+        let mut answers: Vec<Option<CallStart>> = Vec::with_capacity(calls.len());
+        let mut begun = begun.into_iter();
+        for (position, call) in calls.iter().enumerate() {
+            if shared.contains(&position) {
+                answers.push(
+                    self.begin_call(
+                        call.item,
+                        call.action,
+                        call.kind,
+                        call.now_ms,
+                        call.lease_expires_at_ms,
+                    )
+                    .await?,
+                );
+            } else {
+                answers.push(begun.next().flatten());
+            }
+        }
+        Ok(answers)
+    }
+
+    /// [`Store::begin_calls`] for items alone with their entity.
+    async fn begin_calls_alone(&self, calls: &[&BeginCall<'_>]) -> Result<Vec<Option<CallStart>>> {
         if calls.is_empty() {
             return Ok(Vec::new());
         }
@@ -162,8 +208,11 @@ impl Store {
             for row in sqlx::query(&renew).bind(&renew_rows).fetch_all(&mut *tx).await? {
                 held.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
             }
-            let leased: Vec<&BeginCall<'_>> =
-                calls.iter().filter(|call| held.contains(&entity_key(call.item))).collect();
+            let leased: Vec<&BeginCall<'_>> = calls
+                .iter()
+                .copied()
+                .filter(|call| held.contains(&entity_key(call.item)))
+                .collect();
             let mark_rows = rows_json(leased.iter().map(|call| {
                 json!({
                     "v_id": call.item.id, "v_owner": call.item.lease_owner,
@@ -209,25 +258,38 @@ impl Store {
     /// `finish` alone would leave untouched), the batch is rolled back and each item is
     /// finished alone instead.
     pub async fn finish_batch(&self, items: &[FinishItem<'_>], now_ms: i64) -> Result<Vec<bool>> {
-        if items.is_empty() {
-            return Ok(Vec::new());
+        let (alone, shared) = alone_in_their_entity(items, |i| i.item);
+        let batched = match self.try_finish_batch(&alone, now_ms).await? {
+            Some(finished) => finished,
+            None => {
+                let mut finished = Vec::with_capacity(alone.len());
+                for item in &alone {
+                    finished.push(self.finish(item.item, item.finish, now_ms).await?);
+                }
+                finished
+            }
+        };
+        let mut answers = Vec::with_capacity(items.len());
+        let mut batched = batched.into_iter();
+        for (position, item) in items.iter().enumerate() {
+            if shared.contains(&position) {
+                answers.push(self.finish(item.item, item.finish, now_ms).await?);
+            } else {
+                answers.push(batched.next().unwrap_or(false));
+            }
         }
-        if let Some(finished) = self.try_finish_batch(items, now_ms).await? {
-            return Ok(finished);
-        }
-        let mut finished = Vec::with_capacity(items.len());
-        for item in items {
-            finished.push(self.finish(item.item, item.finish, now_ms).await?);
-        }
-        Ok(finished)
+        Ok(answers)
     }
 
     /// `None`: rolled back, see [`Store::finish_batch`].
     async fn try_finish_batch(
         &self,
-        items: &[FinishItem<'_>],
+        items: &[&FinishItem<'_>],
         now_ms: i64,
     ) -> Result<Option<Vec<bool>>> {
+        if items.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
         let postgres = matches!(self, Store::Postgres(_));
         let mut columns = ENTITY_COLUMNS.to_vec();
         columns.extend([
@@ -323,8 +385,11 @@ impl Store {
             for row in sqlx::query(&release).bind(&release_rows).fetch_all(&mut *tx).await? {
                 released.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
             }
-            let mine: Vec<&FinishItem<'_>> =
-                items.iter().filter(|i| released.contains(&entity_key(i.item))).collect();
+            let mine: Vec<&FinishItem<'_>> = items
+                .iter()
+                .copied()
+                .filter(|i| released.contains(&entity_key(i.item)))
+                .collect();
             let mut events: Vec<i64> = mine.iter().map(|i| i.item.event_id).collect();
             events.sort_unstable();
             events.dedup();

@@ -207,7 +207,7 @@ impl LockEvents for sqlx::Transaction<'_, sqlx::Postgres> {
     async fn lock_events(&mut self, events: &[i64]) -> sqlx::Result<()> {
         sqlx::query(
             "SELECT id FROM events WHERE id IN (SELECT v_id FROM jsonb_to_recordset($1::jsonb) AS r(v_id bigint)) \
-             ORDER BY id FOR UPDATE",
+             ORDER BY id FOR NO KEY UPDATE",
         )
         .bind(crate::batch::ids_json(events))
         .fetch_all(&mut **self)
@@ -226,13 +226,17 @@ impl LockEvents for sqlx::Transaction<'_, sqlx::Sqlite> {
 /// items (in two entities, at once) recompute its state one after the other: each in its own
 /// snapshot would see the other's item still in flight, and the event would stay `accepted`.
 /// SQLite's one writer serializes them already.
+///
+/// `FOR NO KEY UPDATE`, the lock the state update takes anyway: two finishes wait for each
+/// other, but a foreign key check (an attempt inserted for the event takes `KEY SHARE`) does
+/// not wait, so beginning calls and finishing items in two batches cannot deadlock.
 trait LockEvent {
     async fn lock_event(&mut self, event_id: i64) -> sqlx::Result<()>;
 }
 
 impl LockEvent for sqlx::Transaction<'_, sqlx::Postgres> {
     async fn lock_event(&mut self, event_id: i64) -> sqlx::Result<()> {
-        sqlx::query("SELECT id FROM events WHERE id = $1 FOR UPDATE")
+        sqlx::query("SELECT id FROM events WHERE id = $1 FOR NO KEY UPDATE")
             .bind(event_id)
             .fetch_optional(&mut **self)
             .await

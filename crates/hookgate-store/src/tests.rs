@@ -935,3 +935,47 @@ async fn batches_begin_and_finish_each_item_as_if_alone() {
     })
     .await;
 }
+
+/// Two items of one entity in one batch, one under a lease since taken over: each is fenced by
+/// its own lease, as alone.
+#[tokio::test]
+async fn a_batch_fences_two_items_of_one_entity_by_their_own_leases() {
+    on_both_backends(|store| async move {
+        let v5 = item(&store, "v5", "E", Some("5"), 10).await;
+        let stale = store.lease("w1", 100, 200, 10).await.unwrap().remove(0);
+        assert_eq!(stale.event_id, v5);
+        // v3 arrives late; w1's lease ends with v5 not in doubt, so v3 is the head for w2.
+        let v3 = item(&store, "v3", "E", Some("3"), 11).await;
+        let fresh = store.lease("w2", 300, 1_000, 10).await.unwrap().remove(0);
+        assert_eq!(fresh.event_id, v3);
+
+        let begin = |item| BeginCall {
+            item,
+            action: "upsert",
+            kind: CallKind::Write,
+            now_ms: 310,
+            lease_expires_at_ms: 1_000,
+        };
+        let started = store.begin_calls(&[begin(&stale), begin(&fresh)]).await.unwrap();
+        assert_eq!(started[0], None, "w1's lease is gone: its write must not begin");
+        assert!(started[1].is_some());
+        assert!(!store.outbox_for(v5).await.unwrap()[0].in_doubt);
+
+        let done = finish(state::DONE, Some("5"));
+        let applied_v3 = finish(state::DONE, Some("3"));
+        let finished = store
+            .finish_batch(
+                &[
+                    FinishItem { item: &stale, finish: &done },
+                    FinishItem { item: &fresh, finish: &applied_v3 },
+                ],
+                320,
+            )
+            .await
+            .unwrap();
+        assert_eq!(finished, [false, true]);
+        assert_eq!(store.outbox_for(v5).await.unwrap()[0].state, "in_flight");
+        assert_eq!(applied(&store, "E").await.as_deref(), Some("3"), "w1's outcome is refused");
+    })
+    .await;
+}
