@@ -73,6 +73,8 @@ pub struct WorkerConfig {
     /// Batch calls in flight at once per connector that has them; more writes wait for the
     /// next batch.
     pub crm_batch_calls_max: usize,
+    /// Write calls in flight at once per connector without a batch call; more writes wait.
+    pub crm_calls_max: usize,
 }
 
 impl WorkerConfig {
@@ -95,12 +97,13 @@ impl Default for WorkerConfig {
     fn default() -> WorkerConfig {
         WorkerConfig {
             worker_id: format!("worker-{}", std::process::id()),
-            concurrency: 8,
+            concurrency: 128,
             lease: Duration::from_secs(60),
             call_timeout: Duration::from_secs(30),
             idle_poll: Duration::from_millis(250),
             store_batch_max: 128,
-            crm_batch_calls_max: 4,
+            crm_batch_calls_max: 2,
+            crm_calls_max: 8,
         }
     }
 }
@@ -113,7 +116,7 @@ pub struct Worker {
     config: Arc<WorkerConfig>,
     sources: Arc<Sources>,
     batches: StoreBatches,
-    /// By connector instance name, for the connectors with a batch call.
+    /// By connector instance name: where writes queue for calls.
     upserts: Arc<HashMap<String, UpsertBatcher>>,
 }
 
@@ -127,16 +130,17 @@ impl Worker {
         // Every item in hand may wait on a batch at once.
         let capacity = config.concurrency.max(1);
         let batches = StoreBatches::start(&gateway.store, config.store_batch_max, capacity);
+        // Every connector's writes queue for a bounded number of calls: batches where the CRM
+        // has a batch call, one write per call elsewhere.
         let upserts = connectors
             .iter()
-            .filter(|(_, connector)| connector.batch_max() > 1)
             .map(|(name, connector)| {
-                let batcher = UpsertBatcher::start(
-                    name,
-                    Arc::clone(connector),
-                    config.crm_batch_calls_max,
-                    capacity,
-                );
+                let calls = if connector.batch_max() > 1 {
+                    config.crm_batch_calls_max
+                } else {
+                    config.crm_calls_max
+                };
+                let batcher = UpsertBatcher::start(name, Arc::clone(connector), calls, capacity);
                 (name.clone(), batcher)
             })
             .collect();

@@ -451,8 +451,10 @@ impl ServeArgs {
 
 #[derive(Debug, Args)]
 struct WorkArgs {
-    /// CRM writes worked on at once by this process; 0 runs no workers (intake only).
-    #[arg(long, env = "HOOKGATE_WORKERS", default_value_t = 8)]
+    /// CRM writes worked on at once by this process (each holds its event's payload in
+    /// memory); 0 runs no workers (intake only). Calls to a CRM are bounded apart, by
+    /// `--crm-calls` and `--crm-batch-calls`: writes in hand beyond them wait, and fill batches.
+    #[arg(long, env = "HOOKGATE_WORKERS", default_value_t = 128)]
     workers: usize,
     /// How long a worker's lease on an entity lasts; renewed before each CRM call, it must
     /// exceed the call timeout by at least 1000 ms. A dead worker's entities wait this long.
@@ -475,9 +477,14 @@ struct WorkArgs {
     /// Batch calls in flight at once to one connector that has a batch call (HubSpot,
     /// Salesforce, mock); more writes wait and join the next batch. A batch holds at most the
     /// connector's own limit, and at most `--workers` writes.
-    #[arg(long, env = "HOOKGATE_CRM_BATCH_CALLS", default_value_t = 4,
+    #[arg(long, env = "HOOKGATE_CRM_BATCH_CALLS", default_value_t = 2,
           value_parser = clap::value_parser!(u16).range(1..=64))]
     crm_batch_calls: u16,
+    /// Write calls in flight at once to one connector without a batch call (`kind: http`,
+    /// plugins, Salesforce before API 46.0); more writes wait.
+    #[arg(long, env = "HOOKGATE_CRM_CALLS", default_value_t = 8,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    crm_calls: u16,
 }
 
 impl WorkArgs {
@@ -500,6 +507,7 @@ impl WorkArgs {
             idle_poll: Duration::from_millis(self.idle_poll_ms),
             store_batch_max: usize::from(self.store_batch_max),
             crm_batch_calls_max: usize::from(self.crm_batch_calls),
+            crm_calls_max: usize::from(self.crm_calls),
         };
         if let Err(problem) = config.check() {
             anyhow::bail!(
