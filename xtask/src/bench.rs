@@ -507,11 +507,11 @@ async fn postgres_bench(
         let wal_before = wal_counters(url).await?;
         let (rate, latencies) =
             fire(&batched.base, "/hooks/bench", next_key, count, clients, 202).await?;
-        let wal = wal_counters(url).await?.since(wal_before);
         next_key += count;
-        let wal_before = wal_counters(url).await?;
+        let after = wal_counters(url).await?;
+        let wal = after.since(wal_before);
         let baseline = pgbench(url, dir, clients, 8, None)?;
-        let baseline_wal = wal_counters(url).await?.since(wal_before);
+        let baseline_wal = wal_counters(url).await?.since(after);
         let per_sync = count as f64 / wal.syncs.max(1) as f64;
         let baseline_per_sync = baseline.latencies.len() as f64 / baseline_wal.syncs.max(1) as f64;
         println!(
@@ -640,10 +640,10 @@ impl WalCounters {
     }
 }
 
-/// [`WalCounters`] now. PostgreSQL publishes a backend's counts within a second of its
-/// transactions, so this waits that long first.
+/// [`WalCounters`] now. A backend that stays connected publishes its counts up to ten seconds
+/// after its transactions (PostgreSQL's idle statistics interval), so this waits that long.
 async fn wal_counters(url: &str) -> Result<WalCounters> {
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
     let line = psql(
         url,
         "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) \
@@ -810,6 +810,9 @@ async fn drain_once(
     }
     let rate = writes as f64 / started.elapsed().as_secs_f64();
     let calls = crm_calls(&server.base).await;
+    if let Some(rss) = peak_rss_mib(server.child.id()) {
+        println!("    {rss:.1} MiB peak resident (draining server)");
+    }
     for histogram in [
         "hookgate_lease_seconds",
         "hookgate_lease_size",
