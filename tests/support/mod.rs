@@ -212,6 +212,26 @@ impl ServerBuilder {
         Server { child, address, base: format!("http://{address}") }
     }
 
+    /// Starts the server with its admin listener on a free loopback port, `token` its admin
+    /// token; returns the server and the admin listener's base URL.
+    pub fn start_with_admin(&self, token: &str) -> (Server, String) {
+        let mut command = self.command();
+        command.args(["--admin-listen", "127.0.0.1:0"]).env("HOOKGATE_ADMIN_TOKEN", token);
+        if let Some(log) = &self.log {
+            command.stderr(std::fs::File::create(log).expect("a log file"));
+        }
+        let (child, lines) = spawn_and_read_lines(command, 2);
+        let address: SocketAddr = lines[0]
+            .strip_prefix("hookgate listening on http://")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line: {lines:?}"));
+        let admin = lines[1]
+            .strip_prefix("hookgate admin on ")
+            .unwrap_or_else(|| panic!("unexpected second line: {lines:?}"))
+            .to_owned();
+        (Server { child, address, base: format!("http://{address}") }, admin)
+    }
+
     /// Starts `hookgate work`: workers only, no HTTP.
     pub fn start_workers(&self) -> Child {
         let (child, line) = spawn_and_read_first_line(self.base_command("work"));
@@ -220,17 +240,27 @@ impl ServerBuilder {
     }
 }
 
-fn spawn_and_read_first_line(mut command: Command) -> (Child, String) {
+fn spawn_and_read_first_line(command: Command) -> (Child, String) {
+    let (child, mut lines) = spawn_and_read_lines(command, 1);
+    (child, lines.remove(0))
+}
+
+/// Starts `command` and reads its first `count` lines of stdout.
+fn spawn_and_read_lines(mut command: Command, count: usize) -> (Child, Vec<String>) {
     let mut child = command.stdout(Stdio::piped()).spawn().expect("hookgate starts");
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let line = lines.next().and_then(Result::ok).unwrap_or_else(|| {
-        let status = child.wait();
-        panic!("hookgate exited before it was ready: {status:?}")
-    });
+    let mut read = Vec::new();
+    for _ in 0..count {
+        let line = lines.next().and_then(Result::ok).unwrap_or_else(|| {
+            let status = child.wait();
+            panic!("hookgate exited before it was ready: {status:?}")
+        });
+        read.push(line);
+    }
     // Keep draining stdout so the child never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (child, line)
+    (child, read)
 }
 
 impl Server {

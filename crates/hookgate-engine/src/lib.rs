@@ -16,8 +16,8 @@
 //! [`Worker`] leases outbox items and applies them through connectors; see `worker`.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hookgate_pipeline::CompiledPipeline;
@@ -26,12 +26,14 @@ use hookgate_store::{
     IntakeRecord, NewDelivery, NewOutboxItem, RejectedDelivery, Store, StoreError,
 };
 use hookgate_verify::{Clock, Rejection, Request, Verifier};
+use tracing::Instrument as _;
 
 use crate::seal::{Keyring, Part};
 
 mod batch;
 mod commit;
 mod keys;
+mod pause;
 pub mod seal;
 mod worker;
 
@@ -39,6 +41,7 @@ pub use commit::{GroupCommit, GroupCommitConfig};
 pub use keys::{
     FETCHED_KEY_TTL, FETCHED_KEYS_MAX, FetchError, FetchedKeys, KeyFetcher, KeyProblem,
 };
+pub use pause::{PAUSE_REFRESH, Pauses};
 pub use worker::{Connectors, LEASE_MARGIN, Sources, Worker, WorkerConfig, backoff};
 
 /// A repeated delivery (duplicate or conflict) keeps at most this much of its headers.
@@ -178,21 +181,51 @@ impl IntakeOutcome {
     }
 }
 
+/// Served pipelines by name (sorted, so that lists of them are stable).
+type ServedPipelines = BTreeMap<String, Arc<ServedPipeline>>;
+
+fn served(pipelines: Vec<ServedPipeline>) -> ServedPipelines {
+    pipelines.into_iter().map(|p| (p.compiled.name.clone(), Arc::new(p))).collect()
+}
+
 /// Intake for every served pipeline over one store.
 #[derive(Debug, Clone)]
 pub struct Gateway {
-    pipelines: Arc<HashMap<String, ServedPipeline>>,
+    /// The served pipelines, replaced whole by a reload; a delivery or a write keeps the ones
+    /// it started with.
+    pipelines: Arc<RwLock<Arc<ServedPipelines>>>,
     store: Store,
     /// Seals payloads at intake and opens them for the worker; `None`: plaintext.
     keyring: Option<Arc<Keyring>>,
     /// Shares commits between concurrent deliveries; `None`: one transaction each.
     group_commit: Option<GroupCommit>,
+    /// Operators' pauses, as last read from the store.
+    pauses: Arc<Pauses>,
 }
 
 impl Gateway {
     pub fn new(store: Store, pipelines: Vec<ServedPipeline>) -> Gateway {
-        let pipelines = pipelines.into_iter().map(|p| (p.compiled.name.clone(), p)).collect();
-        Gateway { pipelines: Arc::new(pipelines), store, keyring: None, group_commit: None }
+        let pipelines = served(pipelines);
+        Gateway {
+            pipelines: Arc::new(RwLock::new(Arc::new(pipelines))),
+            store,
+            keyring: None,
+            group_commit: None,
+            pauses: Arc::default(),
+        }
+    }
+
+    /// Whether an operator paused this pipeline's intake (as of the last refresh).
+    pub fn intake_paused(&self, pipeline: &str) -> bool {
+        self.pauses.intake_paused(pipeline)
+    }
+
+    /// Reads the pauses from the store again; called every [`PAUSE_REFRESH`] and after this
+    /// process changes one.
+    pub async fn refresh_pauses(&self) -> Result<(), StoreError> {
+        let pauses = self.store.pauses().await?;
+        self.pauses.set(&pauses);
+        Ok(())
     }
 
     /// Records deliveries through group commit (see `commit`); starts its committers on the
@@ -240,17 +273,51 @@ impl Gateway {
         &self.store
     }
 
-    pub fn pipelines(&self) -> impl Iterator<Item = &ServedPipeline> {
-        self.pipelines.values()
+    fn served(&self) -> Arc<ServedPipelines> {
+        let held = self.pipelines.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(&held)
     }
 
-    pub fn pipeline_names(&self) -> impl Iterator<Item = &str> {
-        self.pipelines.keys().map(String::as_str)
+    /// The served pipeline of that name, as configured now.
+    pub fn pipeline(&self, name: &str) -> Option<Arc<ServedPipeline>> {
+        self.served().get(name).cloned()
+    }
+
+    /// The served pipelines, by name.
+    pub fn pipelines(&self) -> Vec<Arc<ServedPipeline>> {
+        self.served().values().cloned().collect()
+    }
+
+    /// Serves `pipelines` from now on, in place of the ones served until now (a reload).
+    /// Deliveries and writes already under way finish with the pipeline they started with.
+    pub fn replace_pipelines(&self, pipelines: Vec<ServedPipeline>) {
+        let pipelines = Arc::new(served(pipelines));
+        let mut held = self.pipelines.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *held = pipelines;
+    }
+
+    /// The served pipelines' names, sorted.
+    pub fn pipeline_names(&self) -> Vec<String> {
+        self.served().keys().cloned().collect()
     }
 
     pub async fn intake(&self, incoming: &IncomingDelivery<'_>) -> IntakeOutcome {
         let started = std::time::Instant::now();
-        let outcome = self.intake_inner(incoming).await;
+        // The event id and the outcome are recorded once the store has answered.
+        let span = tracing::info_span!(
+            "delivery",
+            pipeline = incoming.pipeline,
+            event_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let outcome = self.intake_inner(incoming).instrument(span.clone()).await;
+        if let IntakeOutcome::Accepted { event_id }
+        | IntakeOutcome::Duplicate { event_id }
+        | IntakeOutcome::Conflict { event_id, .. } = &outcome
+        {
+            span.record("event_id", *event_id);
+        }
+        span.record("outcome", outcome.name());
         // An unknown pipeline name comes from the URL: not a label, or anyone could grow the
         // metric without bound.
         let pipeline = if matches!(outcome, IntakeOutcome::UnknownPipeline) {
@@ -266,7 +333,7 @@ impl Gateway {
     }
 
     async fn intake_inner(&self, incoming: &IncomingDelivery<'_>) -> IntakeOutcome {
-        let Some(pipeline) = self.pipelines.get(incoming.pipeline) else {
+        let Some(pipeline) = self.pipeline(incoming.pipeline) else {
             return IntakeOutcome::UnknownPipeline;
         };
         let url = pipeline.compiled.signed_url(incoming.url);

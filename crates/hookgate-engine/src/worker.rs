@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hookgate_connector::{
@@ -39,6 +39,7 @@ use hookgate_store::{
 };
 use rand::Rng;
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 
 use crate::batch::{Begin, StoreBatches, UpsertBatcher};
 use crate::seal::{Part, open_stored, open_stored_text};
@@ -112,24 +113,27 @@ impl Default for WorkerConfig {
 #[derive(Debug, Clone)]
 pub struct Worker {
     gateway: Gateway,
-    connectors: Arc<Connectors>,
     config: Arc<WorkerConfig>,
-    sources: Arc<Sources>,
     batches: StoreBatches,
-    /// By connector instance name: where writes queue for calls.
-    upserts: Arc<HashMap<String, UpsertBatcher>>,
+    /// Connector instances and sources, replaced whole by a reload; an item keeps the ones it
+    /// started with, so work in hand finishes on the configuration it began under.
+    wiring: Arc<RwLock<Arc<Wiring>>>,
 }
 
-impl Worker {
-    /// # Panics
-    /// When `config` fails [`WorkerConfig::check`]: callers check configuration first.
-    pub fn new(gateway: Gateway, connectors: Connectors, config: WorkerConfig) -> Worker {
-        if let Err(problem) = config.check() {
-            panic!("{problem}");
-        }
+/// What a reload replaces in the workers.
+#[derive(Debug)]
+struct Wiring {
+    connectors: Connectors,
+    /// By connector instance name: where writes queue for calls. A replaced queue's tasks end
+    /// when the last item holding it finishes.
+    upserts: HashMap<String, UpsertBatcher>,
+    sources: Sources,
+}
+
+impl Wiring {
+    fn new(connectors: Connectors, sources: Sources, config: &WorkerConfig) -> Wiring {
         // Every item in hand may wait on a batch at once.
         let capacity = config.concurrency.max(1);
-        let batches = StoreBatches::start(&gateway.store, config.store_batch_max, capacity);
         // Every connector's writes queue for a bounded number of calls: batches where the CRM
         // has a batch call, one write per call elsewhere.
         let upserts = connectors
@@ -144,20 +148,46 @@ impl Worker {
                 (name.clone(), batcher)
             })
             .collect();
+        Wiring { connectors, upserts, sources }
+    }
+}
+
+impl Worker {
+    /// # Panics
+    /// When `config` fails [`WorkerConfig::check`]: callers check configuration first.
+    pub fn new(gateway: Gateway, connectors: Connectors, config: WorkerConfig) -> Worker {
+        if let Err(problem) = config.check() {
+            panic!("{problem}");
+        }
+        let capacity = config.concurrency.max(1);
+        let batches = StoreBatches::start(&gateway.store, config.store_batch_max, capacity);
+        let wiring = Wiring::new(connectors, Sources::default(), &config);
         Worker {
             gateway,
-            connectors: Arc::new(connectors),
             config: Arc::new(config),
-            sources: Arc::new(Sources::default()),
             batches,
-            upserts: Arc::new(upserts),
+            wiring: Arc::new(RwLock::new(Arc::new(wiring))),
         }
     }
 
     /// Fetches sources for targets with `refresh:` through `sources`.
-    pub fn with_sources(mut self, sources: Sources) -> Worker {
-        self.sources = Arc::new(sources);
+    pub fn with_sources(self, sources: Sources) -> Worker {
+        let connectors = self.wiring().connectors.clone();
+        self.replace(connectors, sources);
         self
+    }
+
+    /// Uses these connector instances and sources for items leased from now on (a reload);
+    /// items in hand finish with the ones they started with.
+    pub fn replace(&self, connectors: Connectors, sources: Sources) {
+        let wiring = Arc::new(Wiring::new(connectors, sources, &self.config));
+        let mut held = self.wiring.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *held = wiring;
+    }
+
+    fn wiring(&self) -> Arc<Wiring> {
+        let held = self.wiring.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(&held)
     }
 
     /// Works until `shutdown` completes, then finishes the items in hand and returns.
@@ -244,9 +274,25 @@ impl Worker {
     /// lease expires it is picked up again (in doubt if a write had begun) and reconciled.
     /// `event`: the item's event if read already; otherwise it is read here.
     pub async fn process(&self, item: LeasedItem, event: Option<EventRecord>) {
-        if let Err(error) = self.try_process(&item, event).await {
-            tracing::warn!(item = item.id, event_id = item.event_id, error = %error, "could not record an outcome");
+        // The outcome is recorded where the attempt ends: in `finish`, or where the lease is
+        // lost.
+        let span = tracing::info_span!(
+            "attempt",
+            pipeline = item.pipeline.as_str(),
+            target = item.target.as_str(),
+            event_id = item.event_id,
+            outbox_id = item.id,
+            attempt = item.attempts,
+            outcome = tracing::field::Empty,
+        );
+        async {
+            if let Err(error) = self.try_process(&item, event).await {
+                tracing::Span::current().record("outcome", "store_failed");
+                tracing::warn!(item = item.id, event_id = item.event_id, error = %error, "could not record an outcome");
+            }
         }
+        .instrument(span)
+        .await;
     }
 
     async fn try_process(
@@ -255,6 +301,7 @@ impl Worker {
         event: Option<EventRecord>,
     ) -> Result<(), StoreError> {
         let mut attempt = Attempt { item, calls: Vec::new(), open: None };
+        let wiring = self.wiring();
         let (pipeline, index, mut ctx) = match self.prepare(item, event).await? {
             Ok(prepared) => prepared,
             Err(reason) => {
@@ -271,7 +318,7 @@ impl Worker {
         // A target that refreshes writes the source's current state, and its version.
         let mut fetched_version = None;
         if pipeline.compiled.targets[index].refresh.is_some() {
-            match self.refresh(&mut attempt, pipeline, index, &ctx).await? {
+            match self.refresh(&mut attempt, &wiring.sources, &pipeline, index, &ctx).await? {
                 Refreshed::Stop => return Ok(()),
                 Refreshed::Finish(finish) => return self.finish(attempt, finish).await,
                 Refreshed::Source { object, version } => {
@@ -308,7 +355,7 @@ impl Worker {
             finish
         };
 
-        let Some(connector) = self.connectors.get(&upsert.connector).cloned() else {
+        let Some(connector) = wiring.connectors.get(&upsert.connector).cloned() else {
             let reason = format!("connector instance `{}` is not configured", upsert.connector);
             attempt.record("prepare", "dead", &Answer::default(), Some(reason.clone()), None);
             return self.finish(attempt, dead_as_it_was(item, reason)).await;
@@ -344,7 +391,7 @@ impl Worker {
         let Some(budget) = attempt.begin(self, "upsert", CallKind::Write).await? else {
             return Ok(());
         };
-        let written = match self.upserts.get(&upsert.connector) {
+        let written = match wiring.upserts.get(&upsert.connector) {
             Some(batcher) => batcher.upsert(request.clone(), budget).await,
             None => {
                 metrics::counter!("hookgate_crm_write_calls_total", "connector" => upsert.connector.clone()).increment(1);
@@ -471,12 +518,14 @@ impl Worker {
         }
         let finished = self.batches.finish(item.clone(), finish.clone()).await?;
         if !finished {
+            tracing::Span::current().record("outcome", "lease_lost");
             tracing::warn!(
                 item = item.id,
                 "lease lost during the attempt; the next holder reconciles"
             );
             return Ok(());
         }
+        tracing::Span::current().record("outcome", finish.state);
         for call in &finish.calls {
             metrics::counter!("hookgate_attempts_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "outcome" => call.outcome.clone()).increment(1);
             let seconds = (call.finished_at_ms - call.started_at_ms).max(0) as f64 / 1000.0;
@@ -494,20 +543,21 @@ impl Worker {
         &self,
         item: &LeasedItem,
         event: Option<EventRecord>,
-    ) -> Result<Result<(&ServedPipeline, usize, Context), String>, StoreError> {
-        let Some(pipeline) = self.gateway.pipelines.get(&item.pipeline) else {
+    ) -> Result<Result<(Arc<ServedPipeline>, usize, Context), String>, StoreError> {
+        let Some(pipeline) = self.gateway.pipeline(&item.pipeline) else {
             return Ok(Err(format!("pipeline `{}` is no longer configured", item.pipeline)));
         };
+        // By name: a reload may have moved the target in the list.
         let index = usize::try_from(item.target_index).unwrap_or(usize::MAX);
-        match pipeline.compiled.targets.get(index) {
-            Some(target) if target.name == item.target => {}
-            _ => {
-                return Ok(Err(format!(
-                    "target `{}` is no longer configured at position {index}",
-                    item.target
-                )));
-            }
-        }
+        let index = match pipeline.compiled.targets.get(index) {
+            Some(target) if target.name == item.target => index,
+            _ => match pipeline.compiled.targets.iter().position(|t| t.name == item.target) {
+                Some(index) => index,
+                None => {
+                    return Ok(Err(format!("target `{}` is no longer configured", item.target)));
+                }
+            },
+        };
         let event = match event {
             Some(event) => Some(event),
             None => self.gateway.store.event(item.event_id).await?,
@@ -554,6 +604,7 @@ impl Worker {
     async fn refresh(
         &self,
         attempt: &mut Attempt<'_>,
+        sources: &Sources,
         pipeline: &ServedPipeline,
         index: usize,
         ctx: &Context,
@@ -570,7 +621,7 @@ impl Worker {
             Refreshed::Finish(dead_as_it_was(item, reason))
         };
         let url = match pipeline.compiled.render_refresh_url(index, ctx) {
-            Ok(url) => match self.sources.origins.get(&refresh.origin) {
+            Ok(url) => match sources.origins.get(&refresh.origin) {
                 Some(to) => format!("{to}{}", &url[refresh.origin.len()..]),
                 None => url,
             },
@@ -579,7 +630,7 @@ impl Worker {
                 return Ok(dead(attempt, "dead", &Answer::default(), reason));
             }
         };
-        let Some(fetcher) = self.sources.fetcher.clone() else {
+        let Some(fetcher) = sources.fetcher.clone() else {
             return Ok(dead(
                 attempt,
                 "dead",
@@ -591,7 +642,7 @@ impl Worker {
             refresh.headers.iter().map(|(n, v)| (n.clone(), Secret::new(v.clone()))).collect();
         if refresh.auth.is_some() || !refresh.secret_headers.is_empty() {
             let key = (pipeline.compiled.name.clone(), target.name.clone());
-            match self.sources.auth.get(&key) {
+            match sources.auth.get(&key) {
                 Some(auth) => headers.extend(auth.iter().cloned()),
                 None => {
                     let reason = format!(
@@ -799,6 +850,7 @@ impl Attempt<'_> {
             lease_expires_at_ms: expires,
         };
         let Some(start) = worker.batches.begin(begin).await? else {
+            tracing::Span::current().record("outcome", "lease_lost");
             tracing::info!(item = self.item.id, action, "lease lost before the call");
             return Ok(None);
         };
@@ -806,6 +858,7 @@ impl Attempt<'_> {
         let margin = i64::try_from(LEASE_MARGIN.as_millis()).unwrap_or(i64::MAX);
         let left_ms = start.lease_expires_at_ms - margin - now_ms();
         let Ok(left) = u64::try_from(left_ms) else {
+            tracing::Span::current().record("outcome", "lease_too_short");
             tracing::warn!(
                 item = self.item.id,
                 action,

@@ -33,7 +33,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 mod listen;
 mod refusal;
 
-pub use listen::serve;
+pub use listen::{serve, serve_app};
 use refusal::{Refusal, refused};
 
 /// A rejection's reason, as answered, is at most this many characters.
@@ -116,6 +116,12 @@ async fn intake(
     request: Request,
 ) -> Response {
     let received_at_ms = now_ms();
+    // Before the body is read: a paused pipeline's sender retries later, as it would after
+    // an outage, and nothing of the delivery is kept.
+    if state.gateway.intake_paused(&pipeline) {
+        refused(Refusal::Paused, &printable(&pipeline, 64));
+        return closing(paused());
+    }
     let (parts, body) = request.into_parts();
 
     let header_bytes: usize = parts.headers.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
@@ -170,6 +176,13 @@ async fn intake(
             answer(StatusCode::INTERNAL_SERVER_ERROR, json!({"status": "error"}))
         }
     }
+}
+
+/// Answered while an operator has paused the pipeline's intake.
+fn paused() -> Response {
+    let mut response = answer(StatusCode::SERVICE_UNAVAILABLE, json!({"status": "paused"}));
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    response
 }
 
 fn unavailable() -> Response {

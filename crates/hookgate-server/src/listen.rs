@@ -36,11 +36,23 @@ const REQUEST_LINE_BYTES: usize = 8 * 1024;
 /// What a connection over the limit is told, in one write, before it is closed.
 const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-type: application/json\r\ncontent-length: 27\r\nconnection: close\r\n\r\n{\"status\":\"over_capacity\"}";
 
-/// Serves until `shutdown` completes; see the module documentation for the limits.
+/// Serves intake until `shutdown` completes; see the module documentation for the limits.
 pub async fn serve(
     listener: TcpListener,
     gateway: Gateway,
     config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let limits = config.clone();
+    serve_app(listener, router(gateway, config), &limits, shutdown).await
+}
+
+/// Serves any router under the same limits (connections, header time and size) until
+/// `shutdown` completes: the admin listener uses it too. Bodies are the router's to bound.
+pub async fn serve_app(
+    listener: TcpListener,
+    app: axum::Router,
+    config: &ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let shutdown_timeout = config.shutdown_timeout;
@@ -49,7 +61,6 @@ pub async fn serve(
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
         .max_buf_size((config.header_bytes_max + REQUEST_LINE_BYTES).max(8192));
-    let app = router(gateway, config);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {

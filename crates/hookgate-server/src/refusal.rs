@@ -33,6 +33,8 @@ pub enum Refusal {
     Unauthorized,
     /// No pipeline has the name in the URL: 404.
     UnknownPipeline,
+    /// An operator paused the pipeline's intake: 503 with Retry-After.
+    Paused,
 }
 
 impl Refusal {
@@ -48,6 +50,7 @@ impl Refusal {
             Refusal::UnreadableBody => "unreadable_body",
             Refusal::Unauthorized => "unauthorized",
             Refusal::UnknownPipeline => "unknown_pipeline",
+            Refusal::Paused => "paused",
         }
     }
 }

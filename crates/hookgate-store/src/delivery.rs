@@ -272,15 +272,25 @@ impl Store {
         // Two index walks rather than one `OR`: items left in flight by a dead worker (few),
         // then pending items in due order, stopping at the limit. With the `OR`, both
         // databases evaluated the head rule for the whole backlog before sorting it.
+        // Each lane is its own range of `outbox (state, lane, next_attempt_at_ms)`; the last
+        // column says which walk a candidate came from.
         let free = "NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = o.pipeline \
-            AND e.target = o.target AND e.entity = o.entity AND e.lease_expires_at_ms > $1)";
+            AND e.target = o.target AND e.entity = o.entity AND e.lease_expires_at_ms > $1) \
+            AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.pipeline = o.pipeline \
+            AND p.kind = 'delivery' AND p.target = o.target)";
+        let due = |lane: i64| {
+            format!(
+                "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST({lane} AS BIGINT) AS walk FROM outbox o \
+                   WHERE o.state = 'pending' AND o.lane = {lane} AND o.next_attempt_at_ms <= $1 \
+                   AND {free} AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}"
+            )
+        };
         let candidates_sql = format!(
-            "SELECT * FROM (SELECT o.pipeline, o.target, o.entity FROM outbox o \
+            "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST(-1 AS BIGINT) AS walk FROM outbox o \
                WHERE o.state = 'in_flight' AND {free} AND {HEAD} LIMIT $2) AS abandoned \
-             UNION ALL \
-             SELECT * FROM (SELECT o.pipeline, o.target, o.entity FROM outbox o \
-               WHERE o.state = 'pending' AND o.next_attempt_at_ms <= $1 AND {free} AND {HEAD} \
-               ORDER BY o.next_attempt_at_ms LIMIT $2) AS due"
+             UNION ALL {} UNION ALL {}",
+            due(LANE_FRESH),
+            due(LANE_REPLAY)
         );
         let postgres = matches!(self, Store::Postgres(_));
         let rows = crate::batch::json_rows(
@@ -323,11 +333,11 @@ impl Store {
         );
         // A snapshot read: on SQLite it goes to a reader, so that the one writer is not held
         // while the backlog is searched; the claim below checks again.
-        let mut candidates: Vec<(String, String, String)> = read_on_both!(self, pool => {
+        let found: Vec<(String, String, String, i64)> = read_on_both!(self, pool => {
             sqlx::query_as(&candidates_sql).bind(now_ms).bind(limit).fetch_all(pool).await?
         });
+        let mut candidates = take_in_turn(found, usize::try_from(limit).unwrap_or(0));
         on_both!(self, pool => {
-            candidates.truncate(usize::try_from(limit).unwrap_or(0));
             if candidates.is_empty() {
                 return Ok(Vec::new());
             }
@@ -609,6 +619,17 @@ impl Store {
     /// Puts an event's dead items back to work, with their attempts reset. Returns how many.
     /// An item dead-lettered in doubt stays in doubt: it is looked up before it is written.
     pub async fn replay_event(&self, event_id: i64, now_ms: i64) -> Result<Replay> {
+        self.replay_event_writes(event_id, None, now_ms).await
+    }
+
+    /// [`Store::replay_event`], for the dead writes of one target only when `target` is
+    /// given. Replayed writes go to the replay lane (see [`LANE_REPLAY`]).
+    pub async fn replay_event_writes(
+        &self,
+        event_id: i64,
+        target: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Replay> {
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
             lock_event(&mut tx, event_id).await?;
@@ -625,18 +646,21 @@ impl Store {
             sqlx::query(
                 "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, action, outcome) \
                  SELECT id, event_id, attempts, 'operator', $2, $2, 'replay', 'replay_requested' \
-                 FROM outbox WHERE event_id = $1 AND state = 'dead'",
+                 FROM outbox WHERE event_id = $1 AND state = 'dead' AND ($3 IS NULL OR target = $3)",
             )
             .bind(event_id)
             .bind(now_ms)
+            .bind(target)
             .execute(&mut *tx)
             .await?;
             let replayed = sqlx::query(
                 "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at_ms = $2, last_error = NULL, \
-                 finished_at_ms = NULL WHERE event_id = $1 AND state = 'dead'",
+                 finished_at_ms = NULL, lane = $4 WHERE event_id = $1 AND state = 'dead' AND ($3 IS NULL OR target = $3)",
             )
             .bind(event_id)
             .bind(now_ms)
+            .bind(target)
+            .bind(LANE_REPLAY)
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -750,6 +774,41 @@ impl Store {
         let idle = u32::try_from(idle).unwrap_or(u32::MAX).min(size);
         PoolUsage { in_use: size - idle, idle, max }
     }
+}
+
+/// The lane of fresh work (every write intake creates).
+pub const LANE_FRESH: i64 = 0;
+/// The lane of operators' replays.
+pub const LANE_REPLAY: i64 = 1;
+
+/// Up to `limit` candidates: abandoned items first (they hold nothing up but their own
+/// entity), then the lanes in turn, so that when both are full each gets half the lease.
+fn take_in_turn(
+    found: Vec<(String, String, String, i64)>,
+    limit: usize,
+) -> Vec<(String, String, String)> {
+    let mut walks: [Vec<(String, String, String)>; 3] = Default::default();
+    for (pipeline, target, entity, walk) in found {
+        let slot = match walk {
+            LANE_FRESH => 1,
+            LANE_REPLAY => 2,
+            _ => 0,
+        };
+        walks[slot].push((pipeline, target, entity));
+    }
+    let [abandoned, fresh, replay] = walks;
+    let mut taken: Vec<_> = abandoned.into_iter().take(limit).collect();
+    let (mut fresh, mut replay) = (fresh.into_iter(), replay.into_iter());
+    while taken.len() < limit {
+        let (a, b) = (fresh.next(), replay.next());
+        if a.is_none() && b.is_none() {
+            break;
+        }
+        taken.extend(a);
+        taken.extend(b);
+    }
+    taken.truncate(limit);
+    taken
 }
 
 fn leased_from_row<R: Row>(row: &R) -> Result<LeasedItem>

@@ -139,13 +139,15 @@ macro_rules! read_on_both {
 
 mod batch;
 mod delivery;
+mod operate;
 mod payloads;
 
 pub use batch::{BeginCall, FinishItem};
 pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, CallKind, CallStart, EntityGuard, Finish,
-    LeasedItem, PoolUsage, Replay, state,
+    LANE_FRESH, LANE_REPLAY, LeasedItem, PoolUsage, Replay, state,
 };
+pub use operate::{DeadLetter, Pause, PauseKind, ReplayFilter, TargetBacklog};
 pub use payloads::{PURGE_BATCH, PayloadTable, Purged, StoredAnswer, StoredPayload};
 
 /// Everything about one verified delivery that the inbox keeps.
@@ -458,18 +460,7 @@ impl Store {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<DeliveryRecord>> {
-        read_on_both!(self, pool => {
-            let rows = sqlx::query(&format!(
-                "{DELIVERY_COLUMNS} WHERE outcome = 'rejected' AND ($1 IS NULL OR pipeline = $1) \
-                 AND id < $2 ORDER BY id DESC LIMIT $3"
-            ))
-            .bind(pipeline)
-            .bind(before_id.unwrap_or(i64::MAX))
-            .bind(limit)
-            .fetch_all(pool)
-            .await?;
-            rows.iter().map(delivery_from_row).collect()
-        })
+        self.deliveries_page("rejected", pipeline, before_id, limit).await
     }
 
     pub fn backend(&self) -> &'static str {

@@ -979,3 +979,133 @@ async fn a_batch_fences_two_items_of_one_entity_by_their_own_leases() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_delivery_pause_holds_its_target_and_resume_releases_it() {
+    on_both_backends(|store| async move {
+        let held = item(&store, "k1", "E1", None, 10).await;
+        let pause = Pause {
+            pipeline: "p".into(),
+            kind: PauseKind::Delivery,
+            target: "t".into(),
+            paused_at_ms: 50,
+            reason: Some("CRM down".into()),
+        };
+        assert!(store.pause(&pause).await.unwrap());
+        assert!(!store.pause(&Pause { paused_at_ms: 60, ..pause.clone() }).await.unwrap());
+        assert_eq!(
+            store.pauses().await.unwrap(),
+            std::slice::from_ref(&pause),
+            "the first pause stays"
+        );
+        // Another pipeline's target of the same name is not held.
+        let other = NewDelivery {
+            pipeline: "q",
+            received_at_ms: 10,
+            outbox: vec![NewOutboxItem {
+                target: "t".into(),
+                target_index: 0,
+                entity: "E9".into(),
+                version: None,
+                version_text: None,
+            }],
+            ..delivery("k9", "k9", b"{}")
+        };
+        store.record_intake(&other).await.unwrap();
+        let leased = store.lease("w", 100, 1_000, 10).await.unwrap();
+        assert_eq!(leased.iter().map(|i| i.pipeline.as_str()).collect::<Vec<_>>(), ["q"]);
+        assert_eq!(
+            store.event(held).await.unwrap().unwrap().state,
+            "accepted",
+            "held, not dropped"
+        );
+
+        assert!(store.resume("p", PauseKind::Delivery, "t").await.unwrap());
+        assert!(!store.resume("p", PauseKind::Delivery, "t").await.unwrap());
+        assert!(store.pauses().await.unwrap().is_empty());
+        let leased = store.lease("w2", 101, 1_000, 10).await.unwrap();
+        assert_eq!(events_of(&leased), [held]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn replays_go_to_their_own_lane_and_leases_take_the_lanes_in_turn() {
+    on_both_backends(|store| async move {
+        // Four dead events, replayed by filter (one of them is left out by time).
+        let mut dead = Vec::new();
+        for n in 0..4 {
+            let id = item(&store, &format!("d{n}"), &format!("D{n}"), None, 10 + n).await;
+            dead.push(id);
+        }
+        let leased = store.lease("w", 100, 1_000, 10).await.unwrap();
+        for leased in &leased {
+            let failed = Finish { error: Some("rejected: no".into()), ..finish(state::DEAD, None) };
+            assert!(store.finish(leased, &failed, 100).await.unwrap());
+        }
+        let filter = ReplayFilter {
+            pipeline: Some("p".into()),
+            until_ms: Some(13),
+            limit: 10,
+            ..ReplayFilter::default()
+        };
+        assert_eq!(store.dead_events_matching(&filter).await.unwrap(), dead[..3]);
+        let only = ReplayFilter {
+            event_ids: Some(vec![dead[3], dead[1]]),
+            limit: 10,
+            ..ReplayFilter::default()
+        };
+        assert_eq!(store.dead_events_matching(&only).await.unwrap(), [dead[1], dead[3]]);
+        let wrong_target =
+            ReplayFilter { target: Some("x".into()), limit: 10, ..ReplayFilter::default() };
+        assert!(store.dead_events_matching(&wrong_target).await.unwrap().is_empty());
+        let letters = store.dead_letters(Some("p"), Some("t"), None, 2).await.unwrap();
+        assert_eq!(letters.iter().map(|l| l.event_id).collect::<Vec<_>>(), [dead[3], dead[2]]);
+        assert_eq!(letters[0].last_error.as_deref(), Some("rejected: no"));
+        assert_eq!(letters[0].event_key, "d3");
+        let older = store.dead_letters(None, None, Some(letters[1].write_id), 10).await.unwrap();
+        assert_eq!(older.iter().map(|l| l.event_id).collect::<Vec<_>>(), [dead[1], dead[0]]);
+
+        for id in &dead[..3] {
+            assert_eq!(
+                store.replay_event_writes(*id, Some("t"), 200).await.unwrap(),
+                Replay::Queued(1)
+            );
+        }
+        // Fresh work arrives after the replays, due later: each lease still takes from both.
+        let mut fresh = Vec::new();
+        for n in 0..3 {
+            fresh.push(item(&store, &format!("f{n}"), &format!("F{n}"), None, 300 + n).await);
+        }
+        let first = store.lease("w1", 400, 1_000, 2).await.unwrap();
+        let mut taken = events_of(&first);
+        taken.sort();
+        assert_eq!(taken, [dead[0], fresh[0]], "one from each lane, oldest first in each");
+        let rest = store.lease("w2", 400, 1_000, 10).await.unwrap();
+        assert_eq!(rest.len(), 4, "everything else: {rest:?}");
+        let backlog = store.target_backlog().await.unwrap();
+        assert_eq!(backlog.len(), 1);
+        assert_eq!((backlog[0].in_flight, backlog[0].dead, backlog[0].pending), (6, 1, 0));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn conflicts_are_listed_newest_first_with_their_bodies() {
+    on_both_backends(|store| async move {
+        store.record_intake(&delivery("k1", "f1", b"one")).await.unwrap();
+        store.record_intake(&delivery("k1", "f2", b"two")).await.unwrap();
+        store.record_intake(&delivery("k1", "f3", b"three")).await.unwrap();
+        store.record_intake(&delivery("k1", "f1", b"one")).await.unwrap();
+        let conflicts = store.deliveries_page("conflict", Some("p"), None, 10).await.unwrap();
+        let bodies: Vec<_> = conflicts.iter().map(|c| c.body.clone().unwrap()).collect();
+        assert_eq!(bodies, [b"three".to_vec(), b"two".to_vec()]);
+        let next =
+            store.deliveries_page("conflict", None, Some(conflicts[0].id), 10).await.unwrap();
+        assert_eq!(next.len(), 1);
+        assert!(
+            store.deliveries_page("conflict", Some("other"), None, 10).await.unwrap().is_empty()
+        );
+    })
+    .await;
+}

@@ -111,6 +111,8 @@ pub async fn run(options: DemoOptions) -> Result<String> {
             ..Default::default()
         }),
         resolver,
+        admin: None,
+        watch: false,
     })
     .await?;
     let base = format!("http://{}", running.address.context("the demo listens")?);

@@ -95,7 +95,7 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-fn event_json(event: &EventRecord) -> Value {
+pub fn event_json(event: &EventRecord) -> Value {
     json!({
         "id": event.id,
         "pipeline": event.pipeline,
@@ -135,7 +135,7 @@ fn masked<'a>(
 }
 
 /// [`body_json`] of a body as it may be shown.
-fn shown_body_json(views: &Views, pipeline: &str, body: &[u8]) -> Value {
+pub fn shown_body_json(views: &Views, pipeline: &str, body: &[u8]) -> Value {
     let (shown, note) = masked(views, pipeline, body);
     let mut value = body_json(&shown);
     if let (Value::Object(map), Some(note)) = (&mut value, note) {
@@ -306,7 +306,7 @@ pub async fn rejected(
     Ok(out)
 }
 
-fn rejected_json(row: &DeliveryRecord) -> Value {
+pub fn rejected_json(row: &DeliveryRecord) -> Value {
     json!({
         "id": row.id,
         "pipeline": row.pipeline,
@@ -352,6 +352,16 @@ async fn story_json(
     event: &EventRecord,
     body: bool,
 ) -> Result<String> {
+    Ok(json_line(&story_value(store, views, event, body).await?))
+}
+
+/// The story of `events show --json`, as a value (the admin API answers it too).
+pub async fn story_value(
+    store: &Store,
+    views: &Views,
+    event: &EventRecord,
+    body: bool,
+) -> Result<Value> {
     let mut object = event_json(event);
     let attempt_rows = store.attempts_for(event.id).await?;
     let echoes = views.echoes(event, &attempt_rows);
@@ -433,7 +443,7 @@ async fn story_json(
             map.insert("body".into(), shown_body_json(views, &event.pipeline, &opened));
         }
     }
-    Ok(json_line(&object))
+    Ok(object)
 }
 
 /// A duration as pipelines write it: `30d`, `12h`, `90m`, `45s`.

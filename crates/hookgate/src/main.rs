@@ -430,9 +430,35 @@ struct ServeArgs {
     #[arg(long, env = "HOOKGATE_INTAKE_COMMITTERS", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=64))]
     intake_committers: u16,
+    /// Where the admin API and console listen (loopback by default: keep it off the
+    /// senders' network). Started only when an admin token is given.
+    #[arg(long, env = "HOOKGATE_ADMIN_LISTEN", default_value = hookgate::admin::DEFAULT_LISTEN)]
+    admin_listen: SocketAddr,
+    /// A file holding the admin token (at least 16 bytes; surrounding whitespace is ignored).
+    /// `HOOKGATE_ADMIN_TOKEN` gives it directly.
+    #[arg(long, env = "HOOKGATE_ADMIN_TOKEN_FILE", conflicts_with = "admin_token")]
+    admin_token_file: Option<PathBuf>,
+    #[arg(long, env = "HOOKGATE_ADMIN_TOKEN", hide = true, hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Reload pipelines and connector instances when their files change (checked every
+    /// second), as SIGHUP does. A configuration with errors is refused, with its diagnostics
+    /// in the log, and the running one keeps serving.
+    #[arg(long, env = "HOOKGATE_WATCH")]
+    watch: bool,
 }
 
 impl ServeArgs {
+    /// The admin listener's configuration, if a token was given.
+    fn admin(&self) -> Result<Option<hookgate::admin::AdminConfig>> {
+        let token = match (&self.admin_token, &self.admin_token_file) {
+            (Some(token), _) => token.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the admin token from {}", path.display()))?,
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(hookgate::admin::AdminConfig::new(self.admin_listen, token)?))
+    }
+
     /// Group commit, unless batches of one were asked for.
     fn group_commit(&self, database_url: &str) -> Option<hookgate_engine::GroupCommitConfig> {
         (self.intake_batch_max > 1).then(|| hookgate_engine::GroupCommitConfig {
@@ -610,7 +636,13 @@ fn main() -> ExitCode {
     }
     // The demo's output is the point; its logs would drown it.
     let level = if matches!(cli.command, Command::Demo { .. }) { "error" } else { "info" };
-    init_tracing(level, cli.log_format);
+    let telemetry = match init_tracing(level, cli.log_format) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -622,6 +654,8 @@ fn main() -> ExitCode {
     // A plugin call that never returns holds a blocking thread; dropping the runtime would
     // wait for it forever. Whatever is still running now is abandoned.
     runtime.shutdown_timeout(Duration::from_secs(1));
+    // The spans of the last deliveries are still queued for export.
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -667,6 +701,7 @@ async fn run(command: Command) -> Result<()> {
                 );
             }
             let group_commit = serve.group_commit(&database.database_url);
+            let admin = serve.admin()?;
             serve::run(ServeOptions {
                 database_url: database.database_url.clone(),
                 listen: Some(serve.listen),
@@ -688,6 +723,8 @@ async fn run(command: Command) -> Result<()> {
                 store: database.store_options(),
                 workers: work.config()?,
                 resolver: Default::default(),
+                admin,
+                watch: serve.watch,
             })
             .await
         }
@@ -705,6 +742,8 @@ async fn run(command: Command) -> Result<()> {
                 workers: Some(workers),
                 group_commit: None,
                 resolver: Default::default(),
+                admin: None,
+                watch: false,
             })
             .await
         }
@@ -833,19 +872,18 @@ async fn run(command: Command) -> Result<()> {
     }
 }
 
-/// Logs go to stderr as `key=value` lines; `RUST_LOG` filters them.
-fn init_tracing(default: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false);
-    match format {
-        LogFormat::Text => builder.init(),
-        // Fields at the top level of each object, beside `timestamp`, `level` and `message`.
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
-    }
+/// Logs go to stderr as `key=value` lines; `RUST_LOG` filters them. Spans go to an OTLP
+/// collector when the build and the environment ask for it (see `hookgate::telemetry`).
+fn init_tracing(
+    default: &str,
+    format: LogFormat,
+) -> Result<hookgate::telemetry::Telemetry, hookgate::telemetry::TelemetryError> {
+    use hookgate::telemetry;
+    let format = match format {
+        LogFormat::Text => telemetry::LogFormat::Text,
+        LogFormat::Json => telemetry::LogFormat::Json,
+    };
+    telemetry::init(default, format)
 }
 
 /// A command's output on stdout, or its error on stderr with a failing exit code.

@@ -1,4 +1,4 @@
-//! Every JSON Schema hookgate publishes, as committed under `schemas/` and printed by
+//! Every JSON Schema hookgate publishes, and the admin API's OpenAPI document, as committed under `schemas/` and printed by
 //! `hookgate schema`. The instances schema is completed here, where the connector kinds are
 //! known: each kind's `settings` schema is selected by `kind` (`if`/`then`), so editors check
 //! settings per kind.
@@ -15,6 +15,10 @@ pub fn all() -> Vec<(String, String)> {
         out.push((name.to_owned(), text));
     }
     out.extend(settings.into_iter().map(|(name, text)| (format!("connectors/{name}"), text)));
+    let mut openapi = serde_json::to_string_pretty(&crate::admin::openapi_document())
+        .expect("a generated document");
+    openapi.push('\n');
+    out.push(("admin.openapi.json".to_owned(), openapi));
     out
 }
 

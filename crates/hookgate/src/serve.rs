@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use base64::Engine as _;
 use hookgate_connector::Secret;
 use hookgate_connector_http::{HttpSettings, HttpSourceFetcher};
@@ -80,19 +80,56 @@ pub struct ServeOptions {
     /// Group commit at intake; `None`: a transaction per delivery.
     pub group_commit: Option<hookgate_engine::GroupCommitConfig>,
     pub resolver: secrets::Resolver,
+    /// The admin listener (API and console); `None`: not started.
+    pub admin: Option<crate::admin::AdminConfig>,
+    /// Reload when a configuration file changes, as on SIGHUP.
+    pub watch: bool,
 }
 
 /// A running gateway: intake, workers and sweeper, stopped together.
 #[derive(Debug)]
 pub struct Running {
     pub address: Option<SocketAddr>,
+    /// Where the admin listener listens, if it was started.
+    pub admin_address: Option<SocketAddr>,
     pub gateway: Gateway,
     pub instances: Instances,
+    /// The workers, whose connector instances a reload replaces.
+    worker: Option<Worker>,
+    options: ServeOptions,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Running {
+    /// Loads the configuration again and, if it is sound, serves it from now on: pipelines,
+    /// connector instances and sources. A configuration with any error is refused whole and
+    /// the running one keeps serving. Work in hand finishes on the configuration it began
+    /// under; the payload keys, the database and the listeners are not reloaded.
+    pub async fn reload(&mut self) -> Result<Vec<String>, ConfigurationRefused> {
+        let loaded = load_configuration(&self.options)?;
+        let names: Vec<String> = loaded.served.iter().map(|p| p.compiled.name.clone()).collect();
+        if let (Some(worker), Some(config)) = (&self.worker, &self.options.workers) {
+            let refused = |error: anyhow::Error| ConfigurationRefused {
+                summary: format!("{error:#}"),
+                diagnostics: Vec::new(),
+            };
+            let connectors = loaded
+                .registry
+                .build(&loaded.instances, &self.options.resolver, config.call_timeout)
+                .await
+                .map_err(refused)?;
+            let sources = sources(loaded.served.iter(), &loaded.instances, &self.options.resolver)
+                .map_err(refused)?;
+            self.gateway.replace_pipelines(loaded.served);
+            worker.replace(connectors, sources);
+        } else {
+            self.gateway.replace_pipelines(loaded.served);
+        }
+        self.instances = loaded.instances;
+        Ok(names)
+    }
+
     /// Stops accepting, lets requests and CRM calls in flight finish, then closes the store.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
@@ -127,6 +164,45 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
             }
         }));
     }
+    let mut admin_address = None;
+    if options.listen.is_some() {
+        // Paused pipelines are refused from the first delivery on, then kept in step with
+        // what other gateways on this database change.
+        gateway.refresh_pauses().await.context("cannot read the pauses from the store")?;
+        let (gateway, shutdown) = (gateway.clone(), stopped(receiver.clone()));
+        tasks.push(tokio::spawn(async move {
+            let mut shutdown = std::pin::pin!(shutdown);
+            loop {
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    () = tokio::time::sleep(hookgate_engine::PAUSE_REFRESH) => {}
+                }
+                if let Err(error) = gateway.refresh_pauses().await {
+                    tracing::warn!(%error, "cannot read the pauses: the last ones read stay in force");
+                }
+            }
+        }));
+    }
+    if let Some(admin) = &options.admin {
+        let listener = tokio::net::TcpListener::bind(admin.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (the admin listener)", admin.listen))?;
+        admin_address = Some(listener.local_addr()?);
+        let views = Arc::new(crate::payloads::Views::load(&Options {
+            paths: options.pipelines.clone(),
+            instances: options.instances.clone(),
+            secrets: SecretPolicy::Allow,
+            resolver: options.resolver.clone(),
+        }));
+        let app = crate::admin::router(gateway.clone(), views, &admin.token);
+        let limits = options.server.clone();
+        let shutdown = stopped(receiver.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = hookgate_server::serve_app(listener, app, &limits, shutdown).await {
+                tracing::error!(%error, "the admin server failed");
+            }
+        }));
+    }
     if let Some(listen) = options.listen {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -140,14 +216,16 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
             }
         }));
     }
+    let mut worker_handle = None;
     if let Some(config) = options.workers.clone() {
         let connectors = registry.build(&instances, &options.resolver, config.call_timeout).await?;
-        let sources = sources(&gateway, &instances, &options.resolver)?;
+        let sources = sources(gateway.pipelines(), &instances, &options.resolver)?;
         let worker = Worker::new(gateway.clone(), connectors, config).with_sources(sources);
+        worker_handle = Some(worker.clone());
         tasks.push(tokio::spawn(worker.run(stopped(receiver.clone()))));
         tasks.push(tokio::spawn(sweep(gateway.clone(), stopped(receiver.clone()))));
     }
-    let names: Vec<&str> = gateway.pipeline_names().collect();
+    let names = gateway.pipeline_names();
     // Plain values, not Debug output: `address=127.0.0.1:8080`, not `address=Some(...)`.
     let listening = address.map_or_else(|| "-".to_owned(), |a| a.to_string());
     tracing::info!(
@@ -157,20 +235,55 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
         workers = options.workers.is_some(),
         "started"
     );
-    Ok(Running { address, gateway, instances, stop, tasks })
+    Ok(Running {
+        address,
+        admin_address,
+        gateway,
+        instances,
+        worker: worker_handle,
+        options,
+        stop,
+        tasks,
+    })
 }
 
 /// Runs until SIGTERM or Ctrl-C.
 pub async fn run(options: ServeOptions) -> Result<()> {
     let shutdown_timeout = options.server.shutdown_timeout;
-    let running = start(options).await?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
+    let mut running = start(options).await?;
     if let Some(address) = running.address {
         // Tests and scripts read this line to learn the bound port (`--listen 127.0.0.1:0`).
         println!("hookgate listening on http://{address}");
+        if let Some(admin) = running.admin_address {
+            println!("hookgate admin on http://{admin}");
+        }
     } else {
         println!("hookgate working");
     }
-    shutdown_signal().await;
+    // `--watch`: the files as last seen, and a change seen once, taken when two polls agree
+    // (an editor that writes a file in two steps is not reloaded half-way).
+    let mut seen = running.options.watch.then(|| config_files(&running.options));
+    let mut changed: Option<Vec<FileStamp>> = None;
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = hangup.recv() => reload_logged(&mut running, "SIGHUP").await,
+            () = tokio::time::sleep(WATCH_INTERVAL), if seen.is_some() => {
+                let now = config_files(&running.options);
+                if changed.as_ref() == Some(&now) {
+                    changed = None;
+                    seen = Some(now);
+                    reload_logged(&mut running, "a configuration file changed").await;
+                } else if seen.as_ref() != Some(&now) {
+                    changed = Some(now);
+                }
+            }
+        }
+    }
     // Connections have this long (the server enforces it); workers get the same, and a CRM
     // call cut off here is in doubt, reconciled by whichever worker takes its entity next.
     let deadline = shutdown_timeout + SHUTDOWN_GRACE;
@@ -179,6 +292,55 @@ pub async fn run(options: ServeOptions) -> Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How often `--watch` looks at the configuration files.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A configuration file as `--watch` compares it: path, modification time and length (none
+/// when it cannot be read).
+type FileStamp = (PathBuf, Option<(std::time::SystemTime, u64)>);
+
+/// The instances file, each pipeline path, and the files of each pipeline directory.
+fn config_files(options: &ServeOptions) -> Vec<FileStamp> {
+    let stamp = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.modified().unwrap_or(std::time::UNIX_EPOCH), m.len()))
+    };
+    let mut files = vec![(options.instances.clone(), stamp(&options.instances))];
+    for path in &options.pipelines {
+        files.push((path.clone(), stamp(path)));
+        if let Ok(entries) = std::fs::read_dir(path) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                files.push((path.clone(), stamp(&path)));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Reloads, and says what came of it in the log and in `hookgate_config_reloads_total`.
+async fn reload_logged(running: &mut Running, trigger: &'static str) {
+    match running.reload().await {
+        Ok(names) => {
+            metrics::counter!("hookgate_config_reloads_total", "outcome" => "applied").increment(1);
+            tracing::info!(trigger, pipelines = %names.join(","), "configuration reloaded");
+        }
+        Err(refused) => {
+            metrics::counter!("hookgate_config_reloads_total", "outcome" => "refused").increment(1);
+            for diagnostic in &refused.diagnostics {
+                tracing::error!(trigger, %diagnostic, "reload refused");
+            }
+            tracing::error!(
+                trigger,
+                reason = %refused.summary,
+                "reload refused: still serving the previous configuration"
+            );
+        }
+    }
 }
 
 /// Deletes what is past each pipeline's retention.
@@ -214,7 +376,7 @@ async fn sweep(gateway: Gateway, shutdown: impl Future<Output = ()>) {
 /// The source fetcher and each refreshing target's credentials, resolved now: a missing
 /// secret stops the start, not the first write.
 fn sources(
-    gateway: &Gateway,
+    pipelines: impl IntoIterator<Item = impl std::ops::Deref<Target = ServedPipeline>>,
     instances: &Instances,
     resolver: &secrets::Resolver,
 ) -> Result<Sources> {
@@ -222,7 +384,7 @@ fn sources(
         origins: instances.source_origins.clone().into_iter().collect(),
         ..Sources::default()
     };
-    for pipeline in gateway.pipelines() {
+    for pipeline in pipelines {
         for target in &pipeline.compiled.targets {
             let Some(refresh) = &target.refresh else { continue };
             if sources.fetcher.is_none() {
@@ -299,25 +461,37 @@ async fn purge_payloads(gateway: &Gateway, pipeline: &str, now: i64, payload_ret
     }
 }
 
-async fn build_gateway(
-    options: &ServeOptions,
-) -> Result<(Gateway, Instances, connectors::Registry)> {
+/// The configuration as `serve` runs it: pipelines ready to serve, connector instances (only
+/// those the pipelines write to) and the registry that builds them. Any error refuses it,
+/// with every diagnostic.
+struct Loaded {
+    served: Vec<ServedPipeline>,
+    instances: Instances,
+    registry: connectors::Registry,
+}
+
+fn load_configuration(options: &ServeOptions) -> Result<Loaded, ConfigurationRefused> {
     let project = check::load(&Options {
         paths: options.pipelines.clone(),
         instances: options.instances.clone(),
         secrets: SecretPolicy::Require,
         resolver: options.resolver.clone(),
     });
+    let refused =
+        |summary: String, diagnostics: Vec<String>| ConfigurationRefused { summary, diagnostics };
     if project.has_errors() {
-        for diagnostic in &project.diagnostics {
-            eprintln!("{diagnostic}");
-        }
-        bail!("the configuration has errors; `hookgate check` reports the same");
+        let diagnostics = project.diagnostics.iter().map(ToString::to_string).collect();
+        return Err(refused(
+            "the configuration has errors; `hookgate check` reports the same".into(),
+            diagnostics,
+        ));
     }
-    let Some(instances) = project.instances else { bail!("no connector instances") };
+    let Some(instances) = project.instances else {
+        return Err(refused("no connector instances".into(), Vec::new()));
+    };
     let registry = project.registry;
     if project.pipelines.is_empty() {
-        bail!("no pipelines found in {:?}", options.pipelines);
+        return Err(refused(format!("no pipelines found in {:?}", options.pipelines), Vec::new()));
     }
     let mut served = Vec::new();
     // Only these connector instances are built: the others' credentials are not needed.
@@ -330,12 +504,15 @@ async fn build_gateway(
     instances.connectors.retain(|name, _| used.contains(name));
     for loaded in project.pipelines {
         let compiled = loaded.compiled;
+        let name = compiled.name.clone();
+        let unusable =
+            |error: anyhow::Error| refused(format!("pipeline `{name}`: {error:#}"), Vec::new());
         let secrets = compiled
             .secrets
             .iter()
             .map(|(reference, _)| options.resolver.resolve(reference))
             .collect::<Result<Vec<_>, _>>()
-            .with_context(|| format!("pipeline `{}`", compiled.name))?;
+            .map_err(|e| unusable(e.into()))?;
         // With `fetch_keys`, deliveries name their key and configured secrets are optional.
         let verifier = if secrets.is_empty() && compiled.key_fetch.is_some() {
             None
@@ -343,15 +520,41 @@ async fn build_gateway(
             Some(
                 compiled
                     .verifier(&secrets)
-                    .with_context(|| format!("pipeline `{}`: unusable secret", compiled.name))?,
+                    .map_err(|e| unusable(anyhow::anyhow!("unusable secret: {e}")))?,
             )
         };
         let fetcher = match compiled.key_fetch {
-            Some(_) => Some(Arc::new(HttpKeyFetcher::new()?) as Arc<dyn KeyFetcher>),
+            Some(_) => {
+                Some(Arc::new(HttpKeyFetcher::new().map_err(unusable)?) as Arc<dyn KeyFetcher>)
+            }
             None => None,
         };
         served.push(ServedPipeline::with_keys(compiled, verifier, fetcher));
     }
+    Ok(Loaded { served, instances, registry })
+}
+
+/// Why a configuration was not taken: a summary and each diagnostic, rendered.
+#[derive(Debug, thiserror::Error)]
+#[error("{summary}")]
+pub struct ConfigurationRefused {
+    pub summary: String,
+    pub diagnostics: Vec<String>,
+}
+
+async fn build_gateway(
+    options: &ServeOptions,
+) -> Result<(Gateway, Instances, connectors::Registry)> {
+    let loaded = match load_configuration(options) {
+        Ok(loaded) => loaded,
+        Err(refused) => {
+            for diagnostic in &refused.diagnostics {
+                eprintln!("{diagnostic}");
+            }
+            return Err(refused.into());
+        }
+    };
+    let Loaded { served, instances, registry } = loaded;
     let keyring = crate::payloads::keyring(&instances, &options.resolver)?;
     let store = open_store(&options.database_url, &options.store).await?;
     let gateway = Gateway::new(store, served);
