@@ -48,10 +48,15 @@ impl Config {
 
     /// The delivery tests' `orders` pipeline, with `extra` appended to its target's fields.
     fn write_pipeline(&self, extra: &str) {
+        self.write_pipeline_with(extra, "");
+    }
+
+    /// The same, with `top` added at the end, at the top level.
+    fn write_pipeline_with(&self, extra: &str, top: &str) {
         let original = std::fs::read_to_string(root().join("tests/delivery/orders.yaml")).unwrap();
         let anchor = "      status: \"{{ payload.status }}\"\n";
         assert!(original.contains(anchor));
-        let text = original.replace(anchor, &format!("{anchor}{extra}"));
+        let text = original.replace(anchor, &format!("{anchor}{extra}")) + top;
         write_atomically(&self.pipelines().join("orders.yaml"), &text);
     }
 
@@ -263,6 +268,40 @@ async fn watch_reloads_pipelines_and_connector_instances_when_their_files_change
         "the new instance settings apply: {}",
         log_text(&config.dir.path().join("serve.log"))
     );
+    drop(server);
+    database.cleanup().await;
+}
+
+/// A `redact` added by a reload masks what the admin API shows from then on.
+#[tokio::test]
+async fn a_reloaded_redaction_masks_what_operators_see() {
+    const TOKEN: &str = "reload-admin-token-0123456789";
+    let database = Database::sqlite().await;
+    let config = Config::new();
+    let (server, admin) = ServerBuilder::new(database.url())
+        .pipelines(config.pipelines())
+        .instances(config.instances())
+        .start_with_admin(TOKEN);
+    let client = client();
+    let response = order("o-1", "C-1", 1, "paid").send(&client, &server).await;
+    let id = response.json::<serde_json::Value>().await.unwrap()["event_id"].as_i64().unwrap();
+    let body = || async {
+        let story: serde_json::Value = client
+            .get(format!("{admin}/api/v1/events/{id}?body=true"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        story["body"]["text"].as_str().unwrap_or_default().to_owned()
+    };
+    assert!(body().await.contains(r#""status":"paid""#));
+    config.write_pipeline_with("", "redact:\n  body: [/status]\n");
+    hangup(&server);
+    let masked = || async { !body().await.contains("paid") };
+    assert!(eventually(Duration::from_secs(20), masked).await, "{}", body().await);
     drop(server);
     database.cleanup().await;
 }

@@ -222,10 +222,10 @@ impl Gateway {
 
     /// Reads the pauses from the store again; called every [`PAUSE_REFRESH`] and after this
     /// process changes one.
-    pub async fn refresh_pauses(&self) -> Result<(), StoreError> {
+    pub async fn refresh_pauses(&self) -> Result<Vec<hookgate_store::Pause>, StoreError> {
         let pauses = self.store.pauses().await?;
         self.pauses.set(&pauses);
-        Ok(())
+        Ok(pauses)
     }
 
     /// Records deliveries through group commit (see `commit`); starts its committers on the

@@ -301,7 +301,6 @@ impl Worker {
         event: Option<EventRecord>,
     ) -> Result<(), StoreError> {
         let mut attempt = Attempt { item, calls: Vec::new(), open: None };
-        let wiring = self.wiring();
         let (pipeline, index, mut ctx) = match self.prepare(item, event).await? {
             Ok(prepared) => prepared,
             Err(reason) => {
@@ -310,6 +309,15 @@ impl Worker {
                 return self.finish(attempt, dead_as_it_was(item, reason)).await;
             }
         };
+
+        // After the pipeline: a reload replaces the pipelines first, then the connectors, so
+        // the pipeline read is never newer than these, and one brief miss is read again.
+        let mut wiring = self.wiring();
+        let connector = &pipeline.compiled.targets[index].connector;
+        if !wiring.connectors.contains_key(connector) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            wiring = self.wiring();
+        }
 
         if let Some(reason) = self.stale(item).await? {
             return self.skip_stale(attempt, reason).await;

@@ -328,7 +328,8 @@ impl Store {
             "UPDATE outbox SET state = 'in_flight', lease_owner = $2, lease_expires_at_ms = $3, attempts = attempts + 1 \
              WHERE id IN (SELECT o.id FROM outbox o JOIN entities e ON e.pipeline = o.pipeline \
                  AND e.target = o.target AND e.entity = o.entity \
-               WHERE e.lease_owner = $2 AND {DUE} AND {HEAD}) \
+               WHERE e.lease_owner = $2 AND {DUE} AND {HEAD} AND NOT EXISTS (SELECT 1 FROM pauses p \
+                 WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)) \
              RETURNING {ITEM_COLUMNS}"
         );
         // A snapshot read: on SQLite it goes to a reader, so that the one writer is not held
@@ -655,12 +656,15 @@ impl Store {
             .await?;
             let replayed = sqlx::query(
                 "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at_ms = $2, last_error = NULL, \
-                 finished_at_ms = NULL, lane = $4 WHERE event_id = $1 AND state = 'dead' AND ($3 IS NULL OR target = $3)",
+                 finished_at_ms = NULL, lane = $4 + CASE WHEN EXISTS (SELECT 1 FROM pauses p WHERE p.kind = 'delivery' \
+                   AND p.pipeline = outbox.pipeline AND p.target = outbox.target) THEN $5 ELSE 0 END \
+                 WHERE event_id = $1 AND state = 'dead' AND ($3 IS NULL OR target = $3)",
             )
             .bind(event_id)
             .bind(now_ms)
             .bind(target)
             .bind(LANE_REPLAY)
+            .bind(LANE_PARKED)
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -780,6 +784,13 @@ impl Store {
 pub const LANE_FRESH: i64 = 0;
 /// The lane of operators' replays.
 pub const LANE_REPLAY: i64 = 1;
+/// Added to a write's lane while its target's delivery is paused: parked writes are outside
+/// the due walks (which range over lanes 0 and 1) until the pause is lifted.
+pub const LANE_PARKED: i64 = 2;
+
+/// Which lane a lease's candidates start with, flipped at each lease: with room for one
+/// write, fresh work and replays take turns.
+static REPLAY_FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Up to `limit` candidates: abandoned items first (they hold nothing up but their own
 /// entity), then the lanes in turn, so that when both are full each gets half the lease.
@@ -799,8 +810,13 @@ fn take_in_turn(
     let [abandoned, fresh, replay] = walks;
     let mut taken: Vec<_> = abandoned.into_iter().take(limit).collect();
     let (mut fresh, mut replay) = (fresh.into_iter(), replay.into_iter());
+    let replay_first = REPLAY_FIRST.fetch_xor(true, std::sync::atomic::Ordering::Relaxed);
     while taken.len() < limit {
-        let (a, b) = (fresh.next(), replay.next());
+        let (a, b) = if replay_first {
+            (replay.next(), fresh.next())
+        } else {
+            (fresh.next(), replay.next())
+        };
         if a.is_none() && b.is_none() {
             break;
         }

@@ -145,7 +145,7 @@ mod payloads;
 pub use batch::{BeginCall, FinishItem};
 pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, CallKind, CallStart, EntityGuard, Finish,
-    LANE_FRESH, LANE_REPLAY, LeasedItem, PoolUsage, Replay, state,
+    LANE_FRESH, LANE_PARKED, LANE_REPLAY, LeasedItem, PoolUsage, Replay, state,
 };
 pub use operate::{DeadLetter, Pause, PauseKind, ReplayFilter, TargetBacklog};
 pub use payloads::{PURGE_BATCH, PayloadTable, Purged, StoredAnswer, StoredPayload};

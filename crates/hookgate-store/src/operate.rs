@@ -4,6 +4,7 @@
 
 use sqlx::Row;
 
+use crate::delivery::LANE_PARKED;
 use crate::{DeliveryRecord, Result, Store};
 
 /// What a pause holds.
@@ -85,13 +86,14 @@ pub struct TargetBacklog {
     pub pending: i64,
     pub in_flight: i64,
     pub dead: i64,
-    pub done: i64,
 }
 
 impl Store {
-    /// Puts a pause in force; `false` if it already was (its first time and reason stay).
+    /// Puts a pause in force; `false` if it already was (its first time and reason stay). A
+    /// delivery pause parks its target's pending writes in the same transaction.
     pub async fn pause(&self, pause: &Pause) -> Result<bool> {
         on_both!(self, pool => {
+            let mut tx = pool.begin().await?;
             let inserted = sqlx::query(
                 "INSERT INTO pauses (pipeline, kind, target, paused_at_ms, reason) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT DO NOTHING",
@@ -101,24 +103,77 @@ impl Store {
             .bind(&pause.target)
             .bind(pause.paused_at_ms)
             .bind(&pause.reason)
-            .execute(pool)
+            .execute(&mut *tx)
             .await?
             .rows_affected();
+            if inserted == 1 && pause.kind == PauseKind::Delivery {
+                sqlx::query(
+                    "UPDATE outbox SET lane = lane + $3 WHERE pipeline = $1 AND target = $2 \
+                     AND state = 'pending' AND lane < $3",
+                )
+                .bind(&pause.pipeline)
+                .bind(&pause.target)
+                .bind(LANE_PARKED)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
             Ok(inserted == 1)
         })
     }
 
-    /// Lifts a pause; `false` if none was in force.
+    /// Lifts a pause; `false` if none was in force. Lifting a delivery pause puts its
+    /// target's parked writes back in their lanes in the same transaction.
     pub async fn resume(&self, pipeline: &str, kind: PauseKind, target: &str) -> Result<bool> {
         on_both!(self, pool => {
+            let mut tx = pool.begin().await?;
             let deleted = sqlx::query("DELETE FROM pauses WHERE pipeline = $1 AND kind = $2 AND target = $3")
                 .bind(pipeline)
                 .bind(kind.name())
                 .bind(target)
-                .execute(pool)
+                .execute(&mut *tx)
                 .await?
                 .rows_affected();
+            if kind == PauseKind::Delivery {
+                sqlx::query(
+                    "UPDATE outbox SET lane = lane - $3 WHERE pipeline = $1 AND target = $2 AND lane >= $3",
+                )
+                .bind(pipeline)
+                .bind(target)
+                .bind(LANE_PARKED)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
             Ok(deleted == 1)
+        })
+    }
+
+    /// Keeps parking in step with the pauses, for what the pause and resume statements could
+    /// not see: parks the pending writes of paused targets created after write `after_id`
+    /// (intake does not know delivery pauses), and puts back parked writes whose target is
+    /// no longer paused. Returns the highest write id, the next call's `after_id`. Each
+    /// statement is an index range: new ids, and parked rows.
+    /// `park`: whether any delivery pause is in force (else there is nothing to park).
+    pub async fn maintain_pauses(&self, after_id: i64, park: bool) -> Result<i64> {
+        let paused = "EXISTS (SELECT 1 FROM pauses p WHERE p.kind = 'delivery' \
+            AND p.pipeline = outbox.pipeline AND p.target = outbox.target)";
+        on_both!(self, pool => {
+            if park {
+                sqlx::query(&format!(
+                    "UPDATE outbox SET lane = lane + $2 WHERE id > $1 AND state = 'pending' AND lane < $2 AND {paused}"
+                ))
+                .bind(after_id)
+                .bind(LANE_PARKED)
+                .execute(pool)
+                .await?;
+            }
+            sqlx::query(&format!("UPDATE outbox SET lane = lane - $1 WHERE lane >= $1 AND NOT {paused}"))
+                .bind(LANE_PARKED)
+                .execute(pool)
+                .await?;
+            let last: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM outbox").fetch_one(pool).await?;
+            Ok(last.unwrap_or(after_id))
         })
     }
 
@@ -219,7 +274,8 @@ impl Store {
     }
 
     /// Events with dead writes matching `filter`, oldest first: the events a replay takes,
-    /// in the order it takes them.
+    /// in the order it takes them. Events whose payload `payload_retention` deleted are left
+    /// out: there is nothing to write them from, and they would fill every page.
     pub async fn dead_events_matching(&self, filter: &ReplayFilter) -> Result<Vec<i64>> {
         let ids =
             filter.event_ids.as_ref().map(|ids| serde_json::Value::from(ids.clone()).to_string());
@@ -231,7 +287,7 @@ impl Store {
         let sql = format!(
             "SELECT DISTINCT o.event_id FROM outbox o JOIN events e ON e.id = o.event_id \
              WHERE o.state = 'dead' AND ($1 IS NULL OR o.pipeline = $1) AND ($2 IS NULL OR o.target = $2) \
-               AND e.received_at_ms >= $3 AND e.received_at_ms < $4 \
+               AND e.received_at_ms >= $3 AND e.received_at_ms < $4 AND e.payload_purged_at_ms IS NULL \
                AND ($5 IS NULL OR o.event_id IN ({ids_source})) \
              ORDER BY o.event_id LIMIT $6"
         );
@@ -248,11 +304,14 @@ impl Store {
         })
     }
 
-    /// Each target's writes by state (targets with none are absent).
+    /// Each target's unfinished and dead writes (targets with none are absent). Finished
+    /// writes are not counted: they are most of the table, and the due index ranges over the
+    /// others.
     pub async fn target_backlog(&self) -> Result<Vec<TargetBacklog>> {
         let rows: Vec<(String, String, String, i64)> = read_on_both!(self, pool => {
             sqlx::query_as(
-                "SELECT pipeline, target, state, COUNT(*) FROM outbox GROUP BY pipeline, target, state \
+                "SELECT pipeline, target, state, COUNT(*) FROM outbox \
+                 WHERE state IN ('pending', 'in_flight', 'dead') GROUP BY pipeline, target, state \
                  ORDER BY pipeline, target",
             )
             .fetch_all(pool)
@@ -262,21 +321,13 @@ impl Store {
         for (pipeline, target, state, count) in rows {
             let same = backlog.last().is_some_and(|b| b.pipeline == pipeline && b.target == target);
             if !same {
-                backlog.push(TargetBacklog {
-                    pipeline,
-                    target,
-                    pending: 0,
-                    in_flight: 0,
-                    dead: 0,
-                    done: 0,
-                });
+                backlog.push(TargetBacklog { pipeline, target, pending: 0, in_flight: 0, dead: 0 });
             }
             let Some(last) = backlog.last_mut() else { continue };
             match state.as_str() {
                 "pending" => last.pending += count,
                 "in_flight" => last.in_flight += count,
-                "dead" => last.dead += count,
-                _ => last.done += count,
+                _ => last.dead += count,
             }
         }
         Ok(backlog)

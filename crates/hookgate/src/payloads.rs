@@ -2,6 +2,7 @@
 //! instances file, and `hookgate keys rotate`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
@@ -38,6 +39,27 @@ pub struct PayloadPolicy {
     pub retention: Duration,
     pub payload_retention: Option<Duration>,
     pub redaction: Redaction,
+}
+
+/// The views as configured now: a reload replaces them, so that a changed `redact` masks
+/// what the admin API and the console show from then on.
+#[derive(Debug, Clone, Default)]
+pub struct SharedViews(Arc<std::sync::RwLock<Arc<Views>>>);
+
+impl SharedViews {
+    pub fn new(views: Views) -> SharedViews {
+        SharedViews(Arc::new(std::sync::RwLock::new(Arc::new(views))))
+    }
+
+    pub fn current(&self) -> Arc<Views> {
+        let held = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(&held)
+    }
+
+    pub fn replace(&self, views: Views) {
+        let mut held = self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *held = Arc::new(views);
+    }
 }
 
 /// What operators' views need to show payloads: the keys to open them, and each configured

@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::check::{self, Options, SecretPolicy};
+use crate::payloads::{SharedViews, Views};
 use crate::{connectors, secrets};
 
 /// Beyond the server's shutdown timeout, the time left to close the store before exiting.
@@ -96,6 +97,8 @@ pub struct Running {
     pub instances: Instances,
     /// The workers, whose connector instances a reload replaces.
     worker: Option<Worker>,
+    /// What the admin listener shows payloads with (keys, `redact`), if it runs.
+    views: Option<SharedViews>,
     options: ServeOptions,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -127,6 +130,9 @@ impl Running {
             self.gateway.replace_pipelines(loaded.served);
         }
         self.instances = loaded.instances;
+        if let Some(views) = &self.views {
+            views.replace(views_of(&self.options));
+        }
         Ok(names)
     }
 
@@ -165,20 +171,38 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
         }));
     }
     let mut admin_address = None;
-    if options.listen.is_some() {
+    let mut shared_views = None;
+    {
         // Paused pipelines are refused from the first delivery on, then kept in step with
-        // what other gateways on this database change.
+        // what other gateways on this database change; writes of paused targets are parked
+        // as they arrive, and put back once resumed.
         gateway.refresh_pauses().await.context("cannot read the pauses from the store")?;
         let (gateway, shutdown) = (gateway.clone(), stopped(receiver.clone()));
         tasks.push(tokio::spawn(async move {
             let mut shutdown = std::pin::pin!(shutdown);
+            let mut after_id: i64 = 0;
+            let mut failing = false;
             loop {
                 tokio::select! {
                     () = &mut shutdown => return,
                     () = tokio::time::sleep(hookgate_engine::PAUSE_REFRESH) => {}
                 }
-                if let Err(error) = gateway.refresh_pauses().await {
-                    tracing::warn!(%error, "cannot read the pauses: the last ones read stay in force");
+                let kept = async {
+                    let pauses = gateway.refresh_pauses().await?;
+                    let park = pauses.iter().any(|p| p.kind == hookgate_store::PauseKind::Delivery);
+                    // A margin below the last id seen: PostgreSQL commits ids out of order.
+                    let from = after_id.saturating_sub(PARK_ID_MARGIN);
+                    after_id = gateway.store().maintain_pauses(from, park).await?;
+                    Ok::<_, hookgate_store::StoreError>(())
+                };
+                match kept.await {
+                    Ok(()) => failing = false,
+                    // Once per outage, not once a second.
+                    Err(error) if !failing => {
+                        failing = true;
+                        tracing::warn!(%error, "cannot read the pauses: the last ones read stay in force");
+                    }
+                    Err(_) => {}
                 }
             }
         }));
@@ -188,12 +212,8 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
             .await
             .with_context(|| format!("cannot listen on {} (the admin listener)", admin.listen))?;
         admin_address = Some(listener.local_addr()?);
-        let views = Arc::new(crate::payloads::Views::load(&Options {
-            paths: options.pipelines.clone(),
-            instances: options.instances.clone(),
-            secrets: SecretPolicy::Allow,
-            resolver: options.resolver.clone(),
-        }));
+        let views = SharedViews::new(views_of(&options));
+        shared_views = Some(views.clone());
         let app = crate::admin::router(gateway.clone(), views, &admin.token);
         let limits = options.server.clone();
         let shutdown = stopped(receiver.clone());
@@ -241,6 +261,7 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
         gateway,
         instances,
         worker: worker_handle,
+        views: shared_views,
         options,
         stop,
         tasks,
@@ -271,7 +292,13 @@ pub async fn run(options: ServeOptions) -> Result<()> {
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            _ = hangup.recv() => reload_logged(&mut running, "SIGHUP").await,
+            _ = hangup.recv() => {
+                reload_logged(&mut running, "SIGHUP").await;
+                if seen.is_some() {
+                    seen = Some(config_files(&running.options));
+                    changed = None;
+                }
+            }
             () = tokio::time::sleep(WATCH_INTERVAL), if seen.is_some() => {
                 let now = config_files(&running.options);
                 if changed.as_ref() == Some(&now) {
@@ -293,6 +320,20 @@ pub async fn run(options: ServeOptions) -> Result<()> {
     tracing::info!("stopped");
     Ok(())
 }
+
+/// The views of the configuration `options` name: payload keys and each pipeline's `redact`.
+fn views_of(options: &ServeOptions) -> Views {
+    Views::load(&Options {
+        paths: options.pipelines.clone(),
+        instances: options.instances.clone(),
+        secrets: SecretPolicy::Allow,
+        resolver: options.resolver.clone(),
+    })
+}
+
+/// Writes created up to this many ids below the last one seen are looked at again for
+/// parking: a transaction that took its ids earlier may commit later.
+const PARK_ID_MARGIN: i64 = 10_000;
 
 /// How often `--watch` looks at the configuration files.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);

@@ -31,7 +31,7 @@ use hookgate_fakes::chaos::Chaos;
 use hookgate_fakes::hubspot::FakeHubSpot;
 use hookgate_fakes::proxy::Proxy;
 use hookgate_fakes::salesforce::FakeSalesforce;
-use hookgate_store::{Store, StoreOptions};
+use hookgate_store::{Pause, PauseKind, Replay, ReplayFilter, Store, StoreOptions};
 use hookgate_verify::{Algorithm, Encoding, compute_mac};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -127,6 +127,8 @@ struct RunReport {
     /// Answers by status code; `connection` counts requests that got none.
     answers: BTreeMap<String, usize>,
     kills: usize,
+    /// The operator's actions, by kind.
+    operator: BTreeMap<String, usize>,
     database_outage: Option<String>,
     faults_injected: BTreeMap<String, BTreeMap<String, u64>>,
     /// Outbox items by state at the end, from hookgate's tables (for the record only).
@@ -343,6 +345,13 @@ async fn run_backend(binary: &Path, options: &Options, backend: Backend) -> Resu
         tokio::task::spawn_blocking(move || kill_at_random(&slots, &launch, &stop, seed))
     };
 
+    // The operator: pauses and resumes intake and targets, and replays dead letters, from now
+    // until the kills stop.
+    let operator = {
+        let (url, stop, seed) = (direct_url.clone(), Arc::clone(&stop_kills), options.seed);
+        tokio::spawn(async move { operate(&url, &stop, seed).await })
+    };
+
     // The senders, and the database outage once a third of the deliveries are answered.
     let progress = Arc::new(AtomicUsize::new(0));
     let outage = tokio::spawn(database_outage(
@@ -361,6 +370,7 @@ async fn run_backend(binary: &Path, options: &Options, backend: Backend) -> Resu
     let drained_with_kills = drained(&store, KILLS_INTO_DRAIN).await;
     stop_kills.store(true, Ordering::SeqCst);
     let kills = killer.await.context("the killer")??;
+    let operator = operator.await.context("the operator")??;
     let drained = drained_with_kills
         || drained(&store, Duration::from_secs(options.drain_timeout_secs)).await;
     println!(
@@ -417,6 +427,7 @@ async fn run_backend(binary: &Path, options: &Options, backend: Backend) -> Resu
         deliveries: deliveries.len(),
         answers: answers.by_status,
         kills,
+        operator,
         database_outage: outage,
         faults_injected: BTreeMap::from([
             ("hubspot".to_owned(), hubspot.injected()),
@@ -637,6 +648,77 @@ async fn deliver(
 }
 
 /// Waits until no write is left to do, or `timeout` passes.
+/// An operator at work during the faults, through the store as the admin API does: every
+/// 1–3 s a target's delivery is paused for 0.5–2 s, or the pipeline's intake for 0.5–1 s
+/// (senders get 503 and retry), or every dead letter is replayed. Everything is resumed
+/// when `stop` is set. Returns how many of each action were taken.
+async fn operate(url: &str, stop: &AtomicBool, seed: u64) -> Result<BTreeMap<String, usize>> {
+    let store = Store::connect(url, &StoreOptions::default()).await?;
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x4f50_4552);
+    let mut actions: BTreeMap<String, usize> = BTreeMap::new();
+    let now = || {
+        i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(i64::MAX)
+    };
+    while !stop.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1000..3000))).await;
+        let roll: f64 = rng.random();
+        // Each action is taken through a database that may be cut off: a failed one is
+        // skipped, as an operator would retry it.
+        let pause = |kind: PauseKind, target: &str| Pause {
+            pipeline: "chaos".into(),
+            kind,
+            target: target.into(),
+            paused_at_ms: now(),
+            reason: Some("chaos operator".into()),
+        };
+        if roll < 0.4 {
+            let target = if rng.random_bool(0.5) { "hubspot" } else { "salesforce" };
+            if store.pause(&pause(PauseKind::Delivery, target)).await.is_ok() {
+                *actions.entry(format!("pause delivery to {target}")).or_default() += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.random_range(500..2000))).await;
+            let _ = store.resume("chaos", PauseKind::Delivery, target).await;
+        } else if roll < 0.6 {
+            if store.pause(&pause(PauseKind::Intake, "")).await.is_ok() {
+                *actions.entry("pause intake".into()).or_default() += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.random_range(500..1000))).await;
+            let _ = store.resume("chaos", PauseKind::Intake, "").await;
+        } else {
+            let filter = ReplayFilter { limit: 1000, ..ReplayFilter::default() };
+            let Ok(dead) = store.dead_events_matching(&filter).await else { continue };
+            for event in dead {
+                if let Ok(Replay::Queued(n)) = store.replay_event_writes(event, None, now()).await {
+                    *actions.entry("writes replayed".into()).or_default() += n as usize;
+                }
+            }
+            *actions.entry("replay passes".into()).or_default() += 1;
+        }
+    }
+    // Nothing stays paused: the drain must finish on its own. Retried, since the database
+    // may just be coming back.
+    for _ in 0..60 {
+        let resumed = async {
+            for pause in store.pauses().await? {
+                store.resume(&pause.pipeline, pause.kind, &pause.target).await?;
+            }
+            anyhow::Ok(store.pauses().await?.is_empty())
+        };
+        if matches!(resumed.await, Ok(true)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    store.close().await;
+    Ok(actions)
+}
+
 async fn drained(store: &Store, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
@@ -657,6 +739,8 @@ fn print_run(run: &RunReport) {
         answers.join(", "),
         run.database_outage.as_deref().unwrap_or("none")
     );
+    let operator: Vec<String> = run.operator.iter().map(|(a, n)| format!("{a}: {n}")).collect();
+    println!("  operator: {}", operator.join(", "));
     let items: Vec<String> = run.hookgate_items.iter().map(|(s, n)| format!("{s} {n}")).collect();
     println!("  hookgate's writes: {}", items.join(", "));
     for (crm, verdict) in &run.crms {

@@ -17,3 +17,8 @@ CREATE TABLE pauses (
 ALTER TABLE outbox ADD COLUMN lane INTEGER NOT NULL DEFAULT 0;
 DROP INDEX outbox_due;
 CREATE INDEX outbox_due ON outbox (state, lane, next_attempt_at_ms);
+
+-- Parked writes: a delivery pause moves its target's pending writes to lane + 2, out of the
+-- due index's ranges, so that leases do not walk a paused backlog; resuming moves them back.
+-- This index holds parked rows only.
+CREATE INDEX outbox_parked ON outbox (pipeline, target) WHERE lane >= 2;

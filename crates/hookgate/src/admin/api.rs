@@ -26,11 +26,12 @@ use crate::events::{self, PAGE_MAX, timestamp};
 /// A page holds this many rows unless `limit` says otherwise.
 pub const PAGE_DEFAULT: i64 = 50;
 /// A replay takes at most this many events per request (`limit`); `more` says if others match.
-pub const REPLAY_MAX: i64 = 10_000;
+/// Each event is a short transaction of its own, so a request stays within seconds.
+pub const REPLAY_MAX: i64 = 1_000;
 /// A replay takes this many events unless `limit` says otherwise.
-pub const REPLAY_DEFAULT: i64 = 1_000;
+pub const REPLAY_DEFAULT: i64 = 500;
 /// At most this many event ids in one replay request.
-pub const REPLAY_IDS_MAX: usize = 10_000;
+pub const REPLAY_IDS_MAX: usize = 1_000;
 /// A pause's reason is cut to this many characters.
 pub const REASON_CHARS_MAX: usize = 500;
 
@@ -408,7 +409,7 @@ async fn show_event(
     let Some(event) = store.event(id).await? else {
         return Err(Failure::not_found(format!("no event {id}")));
     };
-    let story = events::story_value(store, &admin.views, &event, q.body.unwrap_or(false)).await?;
+    let story = events::story_value(store, &admin.views(), &event, q.body.unwrap_or(false)).await?;
     Ok(Json(story))
 }
 
@@ -467,10 +468,7 @@ async fn list_conflicts(
         store.events_by_id(&ids).await?.into_iter().map(|e| (e.id, e.fingerprint)).collect();
     let mut conflicts = Vec::new();
     for row in rows {
-        let body = match (q.body.unwrap_or(false), admin.views.open_delivery_body(&row)?) {
-            (true, Some(kept)) => Some(shown_body(&admin, &row.pipeline, &kept)?),
-            _ => None,
-        };
+        let body = shown_kept_body(&admin, &row, q.body.unwrap_or(false))?;
         conflicts.push(Conflict {
             id: row.id,
             event_id: row.event_id,
@@ -486,8 +484,24 @@ async fn list_conflicts(
     Ok(Json(ConflictsPage { conflicts, more }))
 }
 
+/// A delivery's kept body as shown, only when asked for: opening it needs its payload key, and
+/// a list should not fail for a row whose key is gone when no body was asked for.
+fn shown_kept_body(
+    admin: &Admin,
+    row: &hookgate_store::DeliveryRecord,
+    wanted: bool,
+) -> Result<Option<ShownBody>, Failure> {
+    if !wanted {
+        return Ok(None);
+    }
+    match admin.views().open_delivery_body(row)? {
+        Some(kept) => Ok(Some(shown_body(admin, &row.pipeline, &kept)?)),
+        None => Ok(None),
+    }
+}
+
 fn shown_body(admin: &Admin, pipeline: &str, body: &[u8]) -> Result<ShownBody, Failure> {
-    serde_json::from_value(events::shown_body_json(&admin.views, pipeline, body))
+    serde_json::from_value(events::shown_body_json(&admin.views(), pipeline, body))
         .map_err(|e| Failure::from(anyhow::anyhow!("a shown body: {e}")))
 }
 
@@ -525,10 +539,7 @@ async fn list_rejected(
     let (rows, more) = paged(rows, limit, |d| d.id);
     let mut rejected = Vec::new();
     for row in rows {
-        let body = match (q.body.unwrap_or(false), admin.views.open_delivery_body(&row)?) {
-            (true, Some(kept)) => Some(shown_body(&admin, &row.pipeline, &kept)?),
-            _ => None,
-        };
+        let body = shown_kept_body(&admin, &row, q.body.unwrap_or(false))?;
         rejected.push(RejectedDelivery {
             id: row.id,
             received_at: timestamp(row.received_at_ms),
@@ -635,7 +646,7 @@ pub struct ReplayRequest {
     pub pipeline: Option<String>,
     /// Only this target's dead writes.
     pub target: Option<String>,
-    /// Only these events (at most 10,000).
+    /// Only these events (at most 1,000).
     pub event_ids: Option<Vec<i64>>,
     /// Only events received at or after this time (RFC 3339).
     pub since: Option<String>,
@@ -643,7 +654,7 @@ pub struct ReplayRequest {
     pub until: Option<String>,
     /// Every dead write, when no other filter is given.
     pub all: Option<bool>,
-    /// At most this many events, oldest first: 1 to 10,000 (default 1,000).
+    /// At most this many events, oldest first: 1 to 1,000 (default 500).
     pub limit: Option<i64>,
 }
 
@@ -766,7 +777,7 @@ pub struct PipelineState {
     pub targets: Vec<TargetState>,
 }
 
-/// A target of a pipeline: its delivery pause and its writes by state.
+/// A target of a pipeline: its delivery pause and its unfinished and dead writes.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetState {
@@ -779,8 +790,6 @@ pub struct TargetState {
     pub pending: i64,
     pub in_flight: i64,
     pub dead: i64,
-    /// Done or skipped as stale.
-    pub finished: i64,
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -811,7 +820,6 @@ pub(super) async fn pipelines(admin: &Admin) -> Result<PipelinesAnswer, Failure>
                 pending: counts.map_or(0, |c| c.pending),
                 in_flight: counts.map_or(0, |c| c.in_flight),
                 dead: counts.map_or(0, |c| c.dead),
-                finished: counts.map_or(0, |c| c.done),
                 name: target,
                 connector,
             });
@@ -887,7 +895,10 @@ pub(super) async fn set_pause(
     } else {
         store.resume(pipeline, kind, target.unwrap_or_default()).await?
     };
-    admin.gateway.refresh_pauses().await?;
+    // Stored is in force: this process's copy catches up within its next refresh if not now.
+    if let Err(error) = admin.gateway.refresh_pauses().await {
+        tracing::warn!(%error, "admin: the pause is stored; this process reads it at its next refresh");
+    }
     tracing::info!(
         pipeline,
         target = target.unwrap_or("-"),

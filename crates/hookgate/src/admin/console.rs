@@ -6,7 +6,7 @@
 use axum::Form;
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use hookgate_store::{EVENT_STATES, EventFilter};
@@ -63,11 +63,9 @@ impl std::fmt::Debug for Pages {
 }
 
 pub(super) fn routes(admin: Admin) -> Router {
-    Router::new()
-        .route("/", get(|| async { Redirect::to("/console/events") }))
-        .route("/console", get(|| async { Redirect::to("/console/events") }))
-        .route("/console/login", get(login_page).post(login))
-        .route("/console/logout", post(logout))
+    // Checked before anything of the request is read: a form's body is not parsed for a
+    // caller without a session.
+    let signed_in = Router::new()
         .route("/console/events", get(events_page))
         .route("/console/events/{id}", get(event_page))
         .route("/console/conflicts", get(conflicts_page))
@@ -75,22 +73,34 @@ pub(super) fn routes(admin: Admin) -> Router {
         .route("/console/pipelines", get(pipelines_page))
         .route("/console/replay", post(replay))
         .route("/console/pause", post(pause))
+        .layer(axum::middleware::from_fn_with_state(admin.clone(), console_auth));
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/console/events") }))
+        .route("/console", get(|| async { Redirect::to("/console/events") }))
+        .route("/console/login", get(login_page).post(login))
+        .route("/console/logout", post(logout))
+        .merge(signed_in)
         .with_state(admin)
+}
+
+/// The console's door: the session cookie (or the bearer token); otherwise the login form,
+/// with 401.
+async fn console_auth(
+    State(admin): State<Admin>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if admin.session_ok(request.headers()) || admin.bearer_ok(request.headers()) {
+        return next.run(request).await;
+    }
+    let mut page = admin.console.render("login.html", context! { failed => false });
+    *page.status_mut() = StatusCode::UNAUTHORIZED;
+    page
 }
 
 /// Rows and stories for a template.
 fn data<T: serde::Serialize>(value: &T) -> minijinja::Value {
     minijinja::Value::from(minijinja::value::Serde(value))
-}
-
-/// Nothing for a signed-in operator; otherwise the login form, with 401.
-fn login_needed(admin: &Admin, headers: &HeaderMap) -> Option<Response> {
-    if admin.session_ok(headers) || admin.bearer_ok(headers) {
-        return None;
-    }
-    let mut page = admin.console.render("login.html", context! { failed => false });
-    *page.status_mut() = StatusCode::UNAUTHORIZED;
-    Some(page)
 }
 
 /// A failure as a page, in the layout.
@@ -150,14 +160,7 @@ fn filled(value: Option<String>) -> Option<String> {
     value.filter(|v| !v.trim().is_empty())
 }
 
-async fn events_page(
-    State(admin): State<Admin>,
-    headers: HeaderMap,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    if let Some(page) = login_needed(&admin, &headers) {
-        return page;
-    }
+async fn events_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) -> Response {
     let (pipeline, state) = (filled(q.pipeline), filled(q.state));
     if let Some(state) = &state
         && !EVENT_STATES.contains(&state.as_str())
@@ -189,21 +192,14 @@ async fn events_page(
     )
 }
 
-async fn event_page(
-    State(admin): State<Admin>,
-    headers: HeaderMap,
-    Path(id): Path<i64>,
-) -> Response {
-    if let Some(page) = login_needed(&admin, &headers) {
-        return page;
-    }
+async fn event_page(State(admin): State<Admin>, Path(id): Path<i64>) -> Response {
     let store = admin.gateway.store();
     let event = match store.event(id).await {
         Ok(Some(event)) => event,
         Ok(None) => return failure_page(&admin, Failure::not_found(format!("no event {id}"))),
         Err(error) => return failure_page(&admin, error.into()),
     };
-    let story = match events::story_value(store, &admin.views, &event, true).await {
+    let story = match events::story_value(store, &admin.views(), &event, true).await {
         Ok(story) => story,
         Err(error) => return failure_page(&admin, error.into()),
     };
@@ -216,14 +212,7 @@ async fn event_page(
     )
 }
 
-async fn conflicts_page(
-    State(admin): State<Admin>,
-    headers: HeaderMap,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    if let Some(page) = login_needed(&admin, &headers) {
-        return page;
-    }
+async fn conflicts_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) -> Response {
     let store = admin.gateway.store();
     let pipeline = filled(q.pipeline);
     let rows = match store.deliveries_page("conflict", pipeline.as_deref(), q.after, ROWS + 1).await
@@ -256,14 +245,7 @@ async fn conflicts_page(
     )
 }
 
-async fn dead_letters_page(
-    State(admin): State<Admin>,
-    headers: HeaderMap,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    if let Some(page) = login_needed(&admin, &headers) {
-        return page;
-    }
+async fn dead_letters_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) -> Response {
     let (pipeline, target) = (filled(q.pipeline), filled(q.target));
     let query = DeadLettersQuery {
         pipeline: pipeline.clone(),
@@ -284,14 +266,7 @@ async fn dead_letters_page(
     }
 }
 
-async fn pipelines_page(
-    State(admin): State<Admin>,
-    headers: HeaderMap,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    if let Some(page) = login_needed(&admin, &headers) {
-        return page;
-    }
+async fn pipelines_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) -> Response {
     match api::pipelines(&admin).await {
         Ok(answer) => admin.console.render(
             "pipelines.html",
@@ -310,18 +285,13 @@ struct ReplayForm {
     event_id: Option<String>,
     pipeline: Option<String>,
     target: Option<String>,
+    /// `true` on the form that replays every dead write shown.
+    all: Option<String>,
     /// Where to go back to.
     back: Option<String>,
 }
 
-async fn replay(
-    State(admin): State<Admin>,
-    headers: HeaderMap,
-    Form(form): Form<ReplayForm>,
-) -> Response {
-    if let Some(page) = login_needed(&admin, &headers) {
-        return page;
-    }
+async fn replay(State(admin): State<Admin>, Form(form): Form<ReplayForm>) -> Response {
     if !admin.csrf_ok(&form.csrf) {
         return StatusCode::FORBIDDEN.into_response();
     }
@@ -332,7 +302,8 @@ async fn replay(
     };
     let (pipeline, target) = (filled(form.pipeline), filled(form.target));
     let request = ReplayRequest {
-        all: Some(event_id.is_none() && pipeline.is_none() && target.is_none()),
+        // "Everything" only when the form says so, as the API requires.
+        all: Some(form.all.as_deref() == Some("true")),
         event_ids: event_id.map(|id| vec![id]),
         pipeline,
         target,
@@ -364,14 +335,7 @@ struct PauseForm {
     reason: Option<String>,
 }
 
-async fn pause(
-    State(admin): State<Admin>,
-    headers: HeaderMap,
-    Form(form): Form<PauseForm>,
-) -> Response {
-    if let Some(page) = login_needed(&admin, &headers) {
-        return page;
-    }
+async fn pause(State(admin): State<Admin>, Form(form): Form<PauseForm>) -> Response {
     if !admin.csrf_ok(&form.csrf) {
         return StatusCode::FORBIDDEN.into_response();
     }
@@ -379,7 +343,10 @@ async fn pause(
         "pause" => true,
         "resume" => false,
         other => {
-            return failure_page(&admin, Failure::bad(format!("action `{other}`: pause or resume")));
+            return failure_page(
+                &admin,
+                Failure::bad(format!("action `{other}`: pause or resume")),
+            );
         }
     };
     let target = filled(form.target);
@@ -400,8 +367,13 @@ async fn pause(
 
 /// A redirect to a console page (never elsewhere) with a notice.
 fn back_to(back: Option<&str>, default: &str, notice: &str) -> Response {
-    let page = back.filter(|b| b.starts_with("/console/") && !b.contains("//")).unwrap_or(default);
-    let page = page.split('?').next().unwrap_or(default);
+    // A console path of plain characters only: never another site, never a header break.
+    let safe = |b: &&str| {
+        b.starts_with("/console/")
+            && !b.contains("//")
+            && b.bytes().all(|c| c.is_ascii_alphanumeric() || b"/-_".contains(&c))
+    };
+    let page = back.filter(safe).unwrap_or(default);
     let notice: String = form_urlencoded::byte_serialize(notice.as_bytes()).collect();
     Redirect::to(&format!("{page}?notice={notice}")).into_response()
 }

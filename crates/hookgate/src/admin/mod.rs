@@ -26,7 +26,7 @@ use hookgate_engine::Gateway;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::payloads::Views;
+use crate::payloads::{SharedViews, Views};
 
 mod api;
 mod console;
@@ -73,7 +73,7 @@ impl AdminConfig {
 #[derive(Clone)]
 struct Admin {
     gateway: Gateway,
-    views: Arc<Views>,
+    views: SharedViews,
     token_digest: [u8; 32],
     /// The console's cookie value and its forms' CSRF field, derived from the token, so that
     /// neither is the token itself.
@@ -101,6 +101,10 @@ fn same(given: &str, expected_digest: &[u8; 32]) -> bool {
 }
 
 impl Admin {
+    fn views(&self) -> Arc<Views> {
+        self.views.current()
+    }
+
     fn bearer_ok(&self, headers: &HeaderMap) -> bool {
         let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
             return false;
@@ -136,13 +140,11 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-/// The API's door: a bearer token or the console's session.
+/// The API's door: the bearer token only. The console's cookie does not open it: a browser
+/// sends cookies with requests other pages make (any port of the same host is the same
+/// site), and the API's writes carry no CSRF field.
 async fn api_auth(State(admin): State<Admin>, request: Request, next: Next) -> Response {
-    if admin.bearer_ok(request.headers()) || admin.session_ok(request.headers()) {
-        next.run(request).await
-    } else {
-        unauthorized()
-    }
+    if admin.bearer_ok(request.headers()) { next.run(request).await } else { unauthorized() }
 }
 
 /// 401 and nothing else: no body, no hint of what was wrong.
@@ -151,7 +153,7 @@ fn unauthorized() -> Response {
 }
 
 /// The admin router over `gateway`.
-pub fn router(gateway: Gateway, views: Arc<Views>, token: &str) -> Router {
+pub fn router(gateway: Gateway, views: SharedViews, token: &str) -> Router {
     let admin = Admin {
         gateway,
         views,
