@@ -173,6 +173,14 @@ async fn state(client: &reqwest::Client, admin: &str, id: i64) -> String {
     story["state"].as_str().unwrap_or_default().to_owned()
 }
 
+/// HMAC-SHA256 in hex, as the console derives its session values.
+fn hex_hmac(key: &[u8], data: &[u8]) -> String {
+    use hmac::Mac as _;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    mac.update(data);
+    hex::encode(mac.finalize().into_bytes())
+}
+
 /// A URL-encoded form body.
 fn form(pairs: &[(&str, &str)]) -> String {
     form_urlencoded::Serializer::new(String::new()).extend_pairs(pairs).finish()
@@ -388,6 +396,21 @@ async fn console_actions_need_the_session_and_the_form_field() {
         .await
         .unwrap();
     assert_eq!(without_session.status(), StatusCode::UNAUTHORIZED);
+    // The session's time is bound by its MAC: moved, or past its end, it opens nothing.
+    let page_with = |cookie: String| {
+        let request = client.get(format!("{admin}/console/pipelines")).header("cookie", cookie);
+        async move { request.send().await.unwrap().status() }
+    };
+    assert_eq!(page_with(session.clone()).await, StatusCode::OK);
+    let (name, value) = session.split_once('=').unwrap();
+    let (issued, mac) = value.split_once('.').unwrap();
+    let moved = issued.parse::<u64>().unwrap() + 1;
+    assert_eq!(page_with(format!("{name}={moved}.{mac}")).await, StatusCode::UNAUTHORIZED);
+    let expired = now_secs() as u64 - 13 * 3600;
+    let key = hex_hmac(TOKEN.as_bytes(), b"hookgate console session");
+    let old =
+        format!("{name}={expired}.{}", hex_hmac(key.as_bytes(), expired.to_string().as_bytes()));
+    assert_eq!(page_with(old).await, StatusCode::UNAUTHORIZED, "12 hours at most");
     let accepted = order("o-1", "C-1", 1, "paid").send(&client, &server).await;
     assert!(accepted.status().is_success(), "nothing was paused");
     drop(server);

@@ -92,6 +92,7 @@ impl Store {
     /// Puts a pause in force; `false` if it already was (its first time and reason stay). A
     /// delivery pause parks its target's pending writes in the same transaction.
     pub async fn pause(&self, pause: &Pause) -> Result<bool> {
+        let postgres = matches!(self, Store::Postgres(_));
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
             let inserted = sqlx::query(
@@ -107,10 +108,11 @@ impl Store {
             .await?
             .rows_affected();
             if inserted == 1 && pause.kind == PauseKind::Delivery {
-                sqlx::query(
-                    "UPDATE outbox SET lane = lane + $3 WHERE pipeline = $1 AND target = $2 \
-                     AND state = 'pending' AND lane < $3",
-                )
+                sqlx::query(&relane(
+                    postgres,
+                    "+ $3",
+                    "pipeline = $1 AND target = $2 AND state = 'pending' AND lane < $3",
+                ))
                 .bind(&pause.pipeline)
                 .bind(&pause.target)
                 .bind(LANE_PARKED)
@@ -125,6 +127,7 @@ impl Store {
     /// Lifts a pause; `false` if none was in force. Lifting a delivery pause puts its
     /// target's parked writes back in their lanes in the same transaction.
     pub async fn resume(&self, pipeline: &str, kind: PauseKind, target: &str) -> Result<bool> {
+        let postgres = matches!(self, Store::Postgres(_));
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
             let deleted = sqlx::query("DELETE FROM pauses WHERE pipeline = $1 AND kind = $2 AND target = $3")
@@ -135,9 +138,7 @@ impl Store {
                 .await?
                 .rows_affected();
             if kind == PauseKind::Delivery {
-                sqlx::query(
-                    "UPDATE outbox SET lane = lane - $3 WHERE pipeline = $1 AND target = $2 AND lane >= $3",
-                )
+                sqlx::query(&relane(postgres, "- $3", "pipeline = $1 AND target = $2 AND lane >= $3"))
                 .bind(pipeline)
                 .bind(target)
                 .bind(LANE_PARKED)
@@ -156,19 +157,19 @@ impl Store {
     /// statement is an index range: new ids, and parked rows.
     /// `park`: whether any delivery pause is in force (else there is nothing to park).
     pub async fn maintain_pauses(&self, after_id: i64, park: bool) -> Result<i64> {
+        let postgres = matches!(self, Store::Postgres(_));
         let paused = "EXISTS (SELECT 1 FROM pauses p WHERE p.kind = 'delivery' \
             AND p.pipeline = outbox.pipeline AND p.target = outbox.target)";
         on_both!(self, pool => {
             if park {
-                sqlx::query(&format!(
-                    "UPDATE outbox SET lane = lane + $2 WHERE id > $1 AND state = 'pending' AND lane < $2 AND {paused}"
-                ))
-                .bind(after_id)
-                .bind(LANE_PARKED)
-                .execute(pool)
-                .await?;
+                let condition = format!("id > $1 AND state = 'pending' AND lane < $2 AND {paused}");
+                sqlx::query(&relane(postgres, "+ $2", &condition))
+                    .bind(after_id)
+                    .bind(LANE_PARKED)
+                    .execute(pool)
+                    .await?;
             }
-            sqlx::query(&format!("UPDATE outbox SET lane = lane - $1 WHERE lane >= $1 AND NOT {paused}"))
+            sqlx::query(&relane(postgres, "- $1", &format!("lane >= $1 AND NOT {paused}")))
                 .bind(LANE_PARKED)
                 .execute(pool)
                 .await?;
@@ -331,5 +332,20 @@ impl Store {
             }
         }
         Ok(backlog)
+    }
+}
+
+/// A statement moving the lanes of the writes that match `condition` by `shift` (parking or
+/// putting back). On PostgreSQL it skips rows another transaction holds (a lease, a finish),
+/// so that it never waits on them, nor they on it, in an order that could deadlock; a row
+/// skipped is moved by the next upkeep. SQLite has one writer: nothing to skip.
+fn relane(postgres: bool, shift: &str, condition: &str) -> String {
+    if postgres {
+        format!(
+            "UPDATE outbox SET lane = lane {shift} WHERE ctid = ANY(ARRAY(SELECT ctid FROM outbox \
+             WHERE {condition} FOR UPDATE OF outbox SKIP LOCKED))"
+        )
+    } else {
+        format!("UPDATE outbox SET lane = lane {shift} WHERE {condition}")
     }
 }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::api::{self, DeadLettersQuery, Failure, ReplayRequest};
-use super::{Admin, SESSION_COOKIE};
+use super::{Admin, SESSION_COOKIE, SESSION_SECS};
 use crate::events;
 
 /// Rows per console page.
@@ -129,7 +129,10 @@ async fn login(State(admin): State<Admin>, Form(form): Form<LoginForm>) -> Respo
         *page.status_mut() = StatusCode::UNAUTHORIZED;
         return page;
     }
-    let cookie = format!("{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/", admin.session);
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={SESSION_SECS}",
+        admin.new_session()
+    );
     let mut response = Redirect::to("/console/events").into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);

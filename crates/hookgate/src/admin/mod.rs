@@ -42,6 +42,8 @@ pub const TOKEN_BYTES_MIN: usize = 16;
 pub const BODY_BYTES_MAX: usize = 64 * 1024;
 /// The console's session cookie.
 const SESSION_COOKIE: &str = "hookgate_session";
+/// A console session lasts this long; then the token is asked for again.
+pub const SESSION_SECS: u64 = 12 * 60 * 60;
 
 /// What the admin listener is started with.
 #[derive(Clone)]
@@ -75,9 +77,9 @@ struct Admin {
     gateway: Gateway,
     views: SharedViews,
     token_digest: [u8; 32],
-    /// The console's cookie value and its forms' CSRF field, derived from the token, so that
-    /// neither is the token itself.
-    session: String,
+    /// The key of the console's session cookies and its forms' CSRF field, derived from the
+    /// token, so that neither is the token itself.
+    session_key: String,
     csrf: String,
     console: Arc<console::Pages>,
 }
@@ -86,6 +88,12 @@ impl std::fmt::Debug for Admin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Admin").finish_non_exhaustive()
     }
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
 }
 
 fn derived(token: &str, purpose: &str) -> String {
@@ -113,9 +121,27 @@ impl Admin {
         same(token.trim(), &self.token_digest)
     }
 
+    /// A session cookie for one issued now: `SECONDS.MAC`, the MAC binding the time, so that
+    /// a session ends after [`SESSION_SECS`] however the browser keeps it.
+    fn new_session(&self) -> String {
+        let issued = unix_secs();
+        format!("{issued}.{}", derived(&self.session_key, &issued.to_string()))
+    }
+
     fn session_ok(&self, headers: &HeaderMap) -> bool {
-        let expected: [u8; 32] = Sha256::digest(self.session.as_bytes()).into();
-        cookie(headers, SESSION_COOKIE).is_some_and(|value| same(value, &expected))
+        let Some((issued, mac)) = cookie(headers, SESSION_COOKIE).and_then(|v| v.split_once('.'))
+        else {
+            return false;
+        };
+        let Ok(issued_secs) = issued.parse::<u64>() else { return false };
+        let now = unix_secs();
+        // A little skew allowed into the future; none past the end.
+        if issued_secs > now + 60 || now.saturating_sub(issued_secs) > SESSION_SECS {
+            return false;
+        }
+        let expected: [u8; 32] =
+            Sha256::digest(derived(&self.session_key, issued).as_bytes()).into();
+        same(mac, &expected)
     }
 
     fn csrf_ok(&self, given: &str) -> bool {
@@ -158,7 +184,7 @@ pub fn router(gateway: Gateway, views: SharedViews, token: &str) -> Router {
         gateway,
         views,
         token_digest: Sha256::digest(token.as_bytes()).into(),
-        session: derived(token, "hookgate console session"),
+        session_key: derived(token, "hookgate console session"),
         csrf: derived(token, "hookgate console form"),
         console: Arc::new(console::Pages::new()),
     };
