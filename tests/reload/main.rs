@@ -190,7 +190,8 @@ async fn sighup_serves_a_good_change_and_refuses_a_bad_one_under_load() {
     );
 
     // A bad change: refused with its diagnostic, and the good one keeps serving.
-    config.write_pipeline("      broken: \"{{ nonsense.status }}\"\n");
+    // A misspelt filter: minijinja finds it only at render, `check` before.
+    config.write_pipeline("      broken: \"{{ payload.status | no_such_filter }}\"\n");
     hangup(&server);
     let refused = || async {
         log_text(&log).contains("reload refused: still serving the previous configuration")
@@ -198,7 +199,7 @@ async fn sighup_serves_a_good_change_and_refuses_a_bad_one_under_load() {
     assert!(eventually(Duration::from_secs(20), refused).await, "{}", log_text(&log));
     let text = log_text(&log);
     assert!(text.contains("orders.yaml"), "the diagnostic names the file: {text}");
-    assert!(text.contains("nonsense"), "and what is wrong: {text}");
+    assert!(text.contains("H0503") && text.contains("no_such_filter"), "and what is wrong: {text}");
     let before = load.count();
     assert!(
         eventually(Duration::from_secs(10), || async { load.count() >= before + 20 }).await,

@@ -692,6 +692,28 @@ impl Checker<'_> {
                 .with_hint(hint),
             );
         }
+        for (applied, used) in template::unknown_filters_and_tests(&self.env, &template) {
+            let node = self.doc.locate(path);
+            let span = match find_name(user_source, &used) {
+                Some(byte) => self.place_in_scalar(node, user_source, byte, Some(used.len())),
+                None => Span { start: node.span.start, end: node.span.start },
+            };
+            let kind = match applied {
+                template::Applied::Filter => "filter",
+                template::Applied::Test => "test",
+            };
+            self.diagnostics.push(
+                Diagnostic::error(
+                    Code::TemplateFilter,
+                    self.file,
+                    span,
+                    format!("template applies the {kind} `{used}`, which does not exist"),
+                )
+                .with_hint(
+                    "filters and tests are minijinja's built-ins plus `sha256` and `urldecode`; `hookgate explain H0503`",
+                ),
+            );
+        }
         name
     }
 }

@@ -192,6 +192,13 @@ expression, so it is written without `{{ }}`:
 
     scope: \"{{ event.scope }}\"   # error[H0502]: use `payload` or `headers`";
 
+    TemplateFilter = "H0503", "a template applies a filter or test that does not exist",
+"Filters and tests are minijinja's built-ins (`lower`, `default`, `tojson`, `is defined`, ...)
+plus hookgate's deterministic helpers (`sha256`, `urldecode`). minijinja looks a filter up
+only when the template runs, so `check` looks for them before:
+
+    value: \"{{ payload.email | lowercase }}\"   # error[H0503]: write `lower`";
+
     UnknownConnector = "H0601", "a target names a connector instance that does not exist",
 "`connector:` names an instance in the connector-instances file (`hookgate.yaml`, or the file
 given with `--instances`). The hint names the closest one and where instances are defined.";

@@ -47,6 +47,53 @@ pub fn environment() -> Environment<'static> {
     env
 }
 
+/// Whether a filter or a test: what [`unknown_filters_and_tests`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Applied {
+    Filter,
+    Test,
+}
+
+/// The filters and tests `template` applies that `env` does not have, by name. minijinja
+/// looks them up only when a template runs, so without this a misspelt filter passes `check`
+/// and fails every write at render.
+pub fn unknown_filters_and_tests(
+    env: &Environment<'_>,
+    template: &minijinja::Template<'_, '_>,
+) -> Vec<(Applied, String)> {
+    use minijinja::machinery::{Instruction, get_compiled_template};
+    let compiled = get_compiled_template(template);
+    let mut used = std::collections::BTreeSet::new();
+    for instructions in std::iter::once(&compiled.instructions).chain(compiled.blocks.values()) {
+        let mut index = 0;
+        while let Some(instruction) = instructions.get(index) {
+            match instruction {
+                Instruction::ApplyFilter(name, ..) => used.insert((Applied::Filter, *name)),
+                Instruction::PerformTest(name, ..) => used.insert((Applied::Test, *name)),
+                _ => false,
+            };
+            index += 1;
+        }
+    }
+    used.into_iter()
+        .filter(|(applied, name)| !exists(env, *applied, name))
+        .map(|(applied, name)| (applied, name.to_owned()))
+        .collect()
+}
+
+/// Whether `env` has this filter or test: applying it to `none` fails as "unknown" only if
+/// it does not (any other outcome, an error included, means it exists).
+fn exists(env: &Environment<'_>, applied: Applied, name: &str) -> bool {
+    let (source, unknown) = match applied {
+        Applied::Filter => (format!("none | {name}"), minijinja::ErrorKind::UnknownFilter),
+        Applied::Test => (format!("none is {name}"), minijinja::ErrorKind::UnknownTest),
+    };
+    match env.compile_expression(&source) {
+        Ok(expression) => !matches!(expression.eval(()), Err(e) if e.kind() == unknown),
+        Err(error) => error.kind() != unknown,
+    }
+}
+
 /// A `when` condition is an expression; it is compiled as a template that renders `true` when
 /// the expression holds, so it shares the environment, the limits and the error reporting.
 pub fn condition_template(expression: &str) -> String {
