@@ -750,11 +750,19 @@ impl Store {
         })
     }
 
-    /// Events matching a filter, newest first.
+    /// Events matching a filter, newest first, without their payload: `headers_json` and
+    /// `body` are empty (a page of 1,000 events must not hold 1,000 bodies; `event` reads one
+    /// whole).
     pub async fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>> {
+        let empty_body = if matches!(self, Store::Postgres(_)) { "''::bytea" } else { "X''" };
+        let columns = format!(
+            "SELECT id, pipeline, scope, event_key, fingerprint, event_type, received_at_ms, '' AS headers, \
+             {empty_body} AS body, state, delivery_count, conflict_count, last_delivery_at_ms, sealed_with, \
+             payload_purged_at_ms FROM events"
+        );
         read_on_both!(self, pool => {
             let rows = sqlx::query(&format!(
-                "{EVENT_COLUMNS} WHERE ($1 IS NULL OR pipeline = $1) AND ($2 IS NULL OR state = $2) \
+                "{columns} WHERE ($1 IS NULL OR pipeline = $1) AND ($2 IS NULL OR state = $2) \
                  AND received_at_ms >= $3 AND id < $4 ORDER BY id DESC LIMIT $5"
             ))
             .bind(&filter.pipeline)
@@ -819,6 +827,24 @@ impl Store {
                 .fetch_all(pool)
                 .await?;
             rows.iter().map(delivery_from_row).collect()
+        })
+    }
+
+    /// The fingerprints of these events, by id (no payload read): what a conflict is shown
+    /// beside.
+    pub async fn fingerprints(&self, ids: &[i64]) -> Result<Vec<(i64, String)>> {
+        let postgres = matches!(self, Store::Postgres(_));
+        let ids_source = if postgres {
+            "SELECT value::bigint FROM jsonb_array_elements_text($1::jsonb) AS t(value)"
+        } else {
+            "SELECT value FROM json_each($1)"
+        };
+        let ids = serde_json::Value::from(ids.to_vec()).to_string();
+        read_on_both!(self, pool => {
+            Ok(sqlx::query_as(&format!("SELECT id, fingerprint FROM events WHERE id IN ({ids_source})"))
+                .bind(&ids)
+                .fetch_all(pool)
+                .await?)
         })
     }
 

@@ -1169,3 +1169,22 @@ async fn sqlx_delete_pauses(store: &Store) {
         }
     }
 }
+
+#[tokio::test]
+async fn lists_read_no_payload() {
+    on_both_backends(|store| async move {
+        let IntakeRecord::Accepted { event_id } =
+            store.record_intake(&delivery("k1", "f1", b"a body")).await.unwrap()
+        else {
+            panic!("accepted")
+        };
+        let filter = EventFilter { limit: 10, ..EventFilter::default() };
+        let listed = store.list_events(&filter).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].body.is_empty() && listed[0].headers_json.is_empty());
+        assert_eq!(listed[0].fingerprint, "f1");
+        assert_eq!(store.event(event_id).await.unwrap().unwrap().body, b"a body", "read whole");
+        assert_eq!(store.fingerprints(&[event_id, 999]).await.unwrap(), [(event_id, "f1".into())]);
+    })
+    .await;
+}

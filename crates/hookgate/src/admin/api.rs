@@ -464,8 +464,7 @@ async fn list_conflicts(
     let rows = store.deliveries_page("conflict", q.pipeline.as_deref(), q.after, limit + 1).await?;
     let (rows, more) = paged(rows, limit, |d| d.id);
     let ids: Vec<i64> = rows.iter().filter_map(|d| d.event_id).collect();
-    let originals: BTreeMap<i64, String> =
-        store.events_by_id(&ids).await?.into_iter().map(|e| (e.id, e.fingerprint)).collect();
+    let originals: BTreeMap<i64, String> = store.fingerprints(&ids).await?.into_iter().collect();
     let mut conflicts = Vec::new();
     for row in rows {
         let body = shown_kept_body(&admin, &row, q.body.unwrap_or(false))?;

@@ -225,7 +225,7 @@ async fn conflicts_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) 
     };
     let more = rows.len() > usize::try_from(ROWS).unwrap_or(0);
     let ids: Vec<i64> = rows.iter().filter_map(|d| d.event_id).collect();
-    let originals = match store.events_by_id(&ids).await {
+    let originals = match store.fingerprints(&ids).await {
         Ok(events) => events,
         Err(error) => return failure_page(&admin, error.into()),
     };
@@ -233,11 +233,11 @@ async fn conflicts_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) 
         .iter()
         .take(50)
         .map(|d| {
-            let original = originals.iter().find(|e| Some(e.id) == d.event_id);
+            let original = originals.iter().find(|(id, _)| Some(*id) == d.event_id);
             serde_json::json!({
                 "id": d.id, "event_id": d.event_id, "pipeline": d.pipeline, "key": d.event_key,
                 "received_at": events::timestamp(d.received_at_ms), "fingerprint": d.fingerprint,
-                "original_fingerprint": original.map(|e| e.fingerprint.clone()),
+                "original_fingerprint": original.map(|(_, fingerprint)| fingerprint.clone()),
             })
         })
         .collect();
