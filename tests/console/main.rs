@@ -160,17 +160,14 @@ fn instances(dir: &std::path::Path) -> PathBuf {
     path
 }
 
+/// One event's story, from the admin API.
+async fn story(client: &reqwest::Client, admin: &str, id: i64) -> Value {
+    let response = client.get(format!("{admin}/api/v1/events/{id}")).bearer_auth(TOKEN).send();
+    response.await.unwrap().json().await.unwrap()
+}
+
 async fn state(client: &reqwest::Client, admin: &str, id: i64) -> String {
-    let story: Value = client
-        .get(format!("{admin}/api/v1/events/{id}"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    story["state"].as_str().unwrap_or_default().to_owned()
+    story(client, admin, id).await["state"].as_str().unwrap_or_default().to_owned()
 }
 
 /// HMAC-SHA256 in hex, as the console derives its session values.
@@ -283,15 +280,7 @@ async fn an_operator_reads_the_evidence_replays_and_pauses_in_the_console() {
     browser.click("tr.dead-letter button.replay").await;
     assert_eq!(browser.text("#notice").await, "Queued 1 write(s) of 1 event(s) again.");
     let replayed = || async {
-        let story: Value = client
-            .get(format!("{admin}/api/v1/events/{bad}"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let story = story(&client, &admin, bad).await;
         let attempts = story["attempts"].as_array().cloned().unwrap_or_default();
         attempts.iter().any(|a| a["outcome"] == "replay_requested") && story["state"] == "dead"
     };

@@ -20,6 +20,7 @@ use crate::events;
 
 /// Rows per console page.
 const ROWS: i64 = 50;
+const PAGE_ROWS: usize = ROWS as usize;
 
 /// The templates, compiled once.
 pub struct Pages {
@@ -181,8 +182,8 @@ async fn events_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) -> 
         Ok(rows) => rows,
         Err(error) => return failure_page(&admin, error.into()),
     };
-    let more = rows.len() > usize::try_from(ROWS).unwrap_or(0);
-    let rows: Vec<Value> = rows.iter().take(50).map(events::event_json).collect();
+    let more = rows.len() > PAGE_ROWS;
+    let rows: Vec<Value> = rows.iter().take(PAGE_ROWS).map(events::event_json).collect();
     let next = if more { rows.last().and_then(|r| r["id"].as_i64()) } else { None };
     let pipelines = admin.gateway.pipeline_names();
     admin.console.render(
@@ -223,7 +224,7 @@ async fn conflicts_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) 
         Ok(rows) => rows,
         Err(error) => return failure_page(&admin, error.into()),
     };
-    let more = rows.len() > usize::try_from(ROWS).unwrap_or(0);
+    let more = rows.len() > PAGE_ROWS;
     let ids: Vec<i64> = rows.iter().filter_map(|d| d.event_id).collect();
     let originals = match store.fingerprints(&ids).await {
         Ok(events) => events,
@@ -231,7 +232,7 @@ async fn conflicts_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) 
     };
     let rows: Vec<Value> = rows
         .iter()
-        .take(50)
+        .take(PAGE_ROWS)
         .map(|d| {
             let original = originals.iter().find(|(id, _)| Some(*id) == d.event_id);
             serde_json::json!({
