@@ -301,7 +301,7 @@ async fn a_write_in_doubt_after_a_kill_is_settled_before_older_versions_are_writ
         let v3_story = stories(&store.attempts_for(v3).await.unwrap());
         assert_eq!(
             v3_story,
-            pairs(&[("upsert", "(unfinished)"), ("lookup", "reconciled")]),
+            pairs(&[("lease", "abandoned"), ("lookup", "reconciled")]),
             "{backend}: looked up, and found, before anything else"
         );
         let stale = store.outbox_for(v1).await.unwrap().remove(0);

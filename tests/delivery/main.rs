@@ -592,8 +592,8 @@ async fn a_worker_killed_mid_call_is_taken_over_after_its_lease_and_the_effect_h
         let item = &store.outbox_for(event).await.unwrap()[0];
         assert_eq!((item.state.as_str(), item.attempts), ("done", 2), "{backend}");
         let attempts = store.attempts_for(event).await.unwrap();
-        assert_eq!(outcomes(&attempts), ["(unfinished)", "reconciled"], "{backend}");
-        assert_eq!(actions(&attempts), ["upsert", "lookup"], "{backend}: looked up before writing");
+        assert_eq!(outcomes(&attempts), ["abandoned", "reconciled"], "{backend}");
+        assert_eq!(actions(&attempts), ["lease", "lookup"], "{backend}: looked up before writing");
         assert_ne!(attempts[0].worker, attempts[1].worker, "another worker completed it");
         assert_eq!(crm.effects().await.len(), 1, "{backend}: exactly one effect");
         let _ = second.kill();

@@ -3,9 +3,9 @@
 //! Each leased item is still worked by its own task, step by step, exactly as alone (see
 //! `worker`). What is shared is the trip to the database and to the CRM: the steps that many
 //! tasks reach at about the same time are coalesced.
-//! - **Beginning calls** and **finishing items** go through a [`Batcher`] to
-//!   [`Store::begin_calls`] and [`Store::finish_batch`]: one transaction, a few multi-row
-//!   statements, one WAL sync for every item that was waiting.
+//! - **Finishing items** (and, when a lease no longer covers a call, **renewing leases**) go
+//!   through a [`Batcher`] to [`Store::finish_batch`] (and [`Store::renew_leases`]): one
+//!   transaction, a few multi-row statements, one WAL sync for every item that was waiting.
 //! - **Writes to a CRM with a batch call** ([`Connector::batch_max`] > 1) go through an
 //!   [`UpsertBatcher`]: one call for every write waiting, each answered with its own outcome.
 //!
@@ -24,9 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate_connector::{Answer, Connector, ConnectorError, UpsertOutcome, UpsertRequest};
-use hookgate_store::{
-    BeginCall, CallKind, CallStart, Finish, FinishItem, LeasedItem, Store, StoreError,
-};
+use hookgate_store::{Finish, FinishItem, LeasedItem, Renewal, Store, StoreError};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -94,20 +92,13 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
     }
 }
 
-/// A call to begin, owned so that it can wait in a queue.
-#[derive(Debug)]
-pub(crate) struct Begin {
-    pub item: LeasedItem,
-    pub action: &'static str,
-    pub kind: CallKind,
-    pub now_ms: i64,
-    pub lease_expires_at_ms: i64,
-}
+/// A lease to renew, owned so that it can wait in a queue: the item and its lease's new end.
+pub(crate) type Renew = (LeasedItem, i64);
 
 /// The store's batched steps.
 #[derive(Debug, Clone)]
 pub(crate) struct StoreBatches {
-    begin: Batcher<Begin, Result<Option<CallStart>, StoreError>>,
+    renew: Batcher<Renew, Result<bool, StoreError>>,
     finish: Batcher<(LeasedItem, Finish), Result<bool, StoreError>>,
 }
 
@@ -119,39 +110,33 @@ fn unanswered() -> StoreError {
 impl StoreBatches {
     /// `capacity`: items in hand at most, so that every one may wait at once.
     pub(crate) fn start(store: &Store, batch_max: usize, capacity: usize) -> StoreBatches {
-        let for_begin = store.clone();
-        let begin = Batcher::start(batch_max, 1, capacity, move |calls: Vec<Begin>| {
-            let store = for_begin.clone();
+        let for_renew = store.clone();
+        let renew = Batcher::start(batch_max, 1, capacity, move |renewals: Vec<Renew>| {
+            let store = for_renew.clone();
             async move {
-                metrics::histogram!("hookgate_begin_batch_size").record(calls.len() as f64);
-                let refs: Vec<BeginCall<'_>> = calls
+                metrics::histogram!("hookgate_renew_batch_size").record(renewals.len() as f64);
+                let refs: Vec<Renewal<'_>> = renewals
                     .iter()
-                    .map(|call| BeginCall {
-                        item: &call.item,
-                        action: call.action,
-                        kind: call.kind,
-                        now_ms: call.now_ms,
-                        lease_expires_at_ms: call.lease_expires_at_ms,
+                    .map(|(item, lease_expires_at_ms)| Renewal {
+                        item,
+                        lease_expires_at_ms: *lease_expires_at_ms,
                     })
                     .collect();
-                let started = std::time::Instant::now();
-                let begun = store.begin_calls(&refs).await;
-                metrics::histogram!("hookgate_store_batch_seconds", "step" => "begin")
-                    .record(started.elapsed().as_secs_f64());
-                match begun {
-                    Ok(started) => started.into_iter().map(Ok).collect(),
+                let renewed = store.renew_leases(&refs).await;
+                match renewed {
+                    Ok(renewed) => renewed.into_iter().map(Ok).collect(),
                     Err(error) if error.is_unavailable() || refs.len() == 1 => {
                         each_fails(error, refs.len())
                     }
                     Err(error) => {
-                        tracing::warn!(%error, calls = refs.len(), "a batch of calls failed to begin; beginning each alone");
+                        tracing::warn!(%error, leases = refs.len(), "a batch of lease renewals failed; renewing each alone");
                         let mut answers = Vec::with_capacity(refs.len());
-                        for call in &refs {
+                        for renewal in &refs {
                             answers.push(
                                 store
-                                    .begin_calls(std::slice::from_ref(call))
+                                    .renew_leases(std::slice::from_ref(renewal))
                                     .await
-                                    .map(|mut started| started.pop().flatten()),
+                                    .map(|held| held.first().copied().unwrap_or(false)),
                             );
                         }
                         answers
@@ -192,11 +177,16 @@ impl StoreBatches {
                 }
             },
         );
-        StoreBatches { begin, finish }
+        StoreBatches { renew, finish }
     }
 
-    pub(crate) async fn begin(&self, call: Begin) -> Result<Option<CallStart>, StoreError> {
-        self.begin.call(call).await.unwrap_or_else(|| Err(unanswered()))
+    /// Whether `item`'s lease still held, and now lasts until `lease_expires_at_ms`.
+    pub(crate) async fn renew(
+        &self,
+        item: LeasedItem,
+        lease_expires_at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.renew.call((item, lease_expires_at_ms)).await.unwrap_or_else(|| Err(unanswered()))
     }
 
     pub(crate) async fn finish(

@@ -18,10 +18,13 @@
 //!    work of the one that took it.
 //!
 //! # Leases outlive calls
-//! Before every CRM call the lease is renewed to a full lease period, and the call is given at
-//! most the time left on it minus [`LEASE_MARGIN`]; a worker that cannot renew makes no call.
-//! So no call of a worker is still running when another worker may take its entity over
-//! (given clocks that agree within the margin), however many calls an attempt makes.
+//! A CRM call is made only while the lease covers all of it: the call timeout plus
+//! [`LEASE_MARGIN`] by the worker's clock. A fresh lease does (the lease is longer than a call
+//! by that margin at least); when what is left of it does not, it is renewed to a full lease
+//! period first, and a worker that cannot renew makes no call. So no call of a worker is still
+//! running when another worker may take its entity over (given clocks that agree within the
+//! margin), however many calls an attempt makes. Nothing is written before a call: an item in
+//! flight counts as in doubt until its outcome is recorded.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -34,14 +37,12 @@ use hookgate_connector::{
 };
 use hookgate_pipeline::evaluate::{Context, Delivery};
 use hookgate_pipeline::model::{DeliveryPolicy, NotFound, RefreshMethod};
-use hookgate_store::{
-    AppliedVersion, Call, CallKind, EventRecord, Finish, LeasedItem, StoreError, state,
-};
+use hookgate_store::{AppliedVersion, Call, EventRecord, Finish, LeasedItem, StoreError, state};
 use rand::Rng;
 use tokio::task::JoinSet;
 use tracing::Instrument as _;
 
-use crate::batch::{Begin, StoreBatches, UpsertBatcher};
+use crate::batch::{StoreBatches, UpsertBatcher};
 use crate::seal::{Part, open_stored, open_stored_text};
 use crate::{Gateway, ServedPipeline, now_ms};
 
@@ -300,7 +301,7 @@ impl Worker {
         item: &LeasedItem,
         event: Option<EventRecord>,
     ) -> Result<(), StoreError> {
-        let mut attempt = Attempt { item, calls: Vec::new(), open: None };
+        let mut attempt = Attempt::new(item);
         let (pipeline, index, mut ctx) = match self.prepare(item, event).await? {
             Ok(prepared) => prepared,
             Err(reason) => {
@@ -319,7 +320,7 @@ impl Worker {
             wiring = self.wiring();
         }
 
-        if let Some(reason) = self.stale(item).await? {
+        if let Some(reason) = Self::stale(item) {
             return self.skip_stale(attempt, reason).await;
         }
 
@@ -334,8 +335,7 @@ impl Worker {
                     // with the delivery's own version, which may be on another clock (an
                     // event's creation time, an object's update time).
                     if let (Some(version), Some(_)) = (&version, &item.version) {
-                        if let Some(reason) =
-                            self.stale_at(item, &version.sort_key, &version.text).await?
+                        if let Some(reason) = Self::stale_at(item, &version.sort_key, &version.text)
                         {
                             return self.skip_stale(attempt, reason).await;
                         }
@@ -396,7 +396,7 @@ impl Worker {
             }
         }
 
-        let Some(budget) = attempt.begin(self, "upsert", CallKind::Write).await? else {
+        let Some(budget) = attempt.begin(self, "upsert").await? else {
             return Ok(());
         };
         let written = match wiring.upserts.get(&upsert.connector) {
@@ -473,35 +473,29 @@ impl Worker {
     }
 
     /// Why an item must not be written because of its version, if so.
-    async fn stale(&self, item: &LeasedItem) -> Result<Option<String>, StoreError> {
-        let Some(version) = &item.version else { return Ok(None) };
+    fn stale(item: &LeasedItem) -> Option<String> {
+        let version = item.version.as_ref()?;
         let text = item.version_text.as_deref().unwrap_or(version);
-        self.stale_at(item, version, text).await
+        Self::stale_at(item, version, text)
     }
 
     /// Why a write of `version` (a sort key, shown as `text`) to the item's entity must not
-    /// happen, if so.
-    async fn stale_at(
-        &self,
-        item: &LeasedItem,
-        version: &str,
-        text: &str,
-    ) -> Result<Option<String>, StoreError> {
-        let guard =
-            self.gateway.store.entity_guard(&item.pipeline, &item.target, &item.entity).await?;
-        if let Some(applied) = guard.applied.filter(|a| a.sort_key.as_str() >= version) {
-            return Ok(Some(format!(
+    /// happen, if so, by the guard read with the lease (only the lease holder moves it).
+    fn stale_at(item: &LeasedItem, version: &str, text: &str) -> Option<String> {
+        let guard = &item.guard;
+        if let Some(applied) = guard.applied.as_ref().filter(|a| a.sort_key.as_str() >= version) {
+            return Some(format!(
                 "version {text} is not newer than {}, already applied to {}",
                 applied.text, item.entity
-            )));
+            ));
         }
-        if let Some(doubted) = guard.doubted.filter(|d| d.sort_key.as_str() > version) {
-            return Ok(Some(format!(
+        if let Some(doubted) = guard.doubted.as_ref().filter(|d| d.sort_key.as_str() > version) {
+            return Some(format!(
                 "version {text} is older than {}, which may have been applied to {} (dead-lettered in doubt)",
                 doubted.text, item.entity
-            )));
+            ));
         }
-        Ok(None)
+        None
     }
 
     /// Records an attempt's end through the store, and counts its calls.
@@ -661,7 +655,7 @@ impl Worker {
                 }
             }
         }
-        let Some(budget) = attempt.begin(self, "refresh", CallKind::Read).await? else {
+        let Some(budget) = attempt.begin(self, "refresh").await? else {
             return Ok(Refreshed::Stop);
         };
         let request = SourceRequest {
@@ -752,7 +746,7 @@ impl Worker {
         connector: &dyn Connector,
         request: &UpsertRequest,
     ) -> Result<Option<Reconciled>, StoreError> {
-        let Some(budget) = attempt.begin(self, "lookup", CallKind::Read).await? else {
+        let Some(budget) = attempt.begin(self, "lookup").await? else {
             return Ok(None);
         };
         let lookup = LookupRequest::from(request);
@@ -834,37 +828,46 @@ pub struct Sources {
 struct Attempt<'a> {
     item: &'a LeasedItem,
     calls: Vec<Call>,
-    /// The evidence row and start time of the call begun and not yet recorded.
-    open: Option<(i64, i64)>,
+    /// When the call begun and not yet recorded started.
+    open: Option<i64>,
+    /// When the lease ends, by this worker's clock: as leased, or as last renewed.
+    lease_expires_at_ms: i64,
 }
 
-impl Attempt<'_> {
-    /// Renews the lease and records the start of a call. Returns how long the call may take:
-    /// the call timeout, or less if the lease ends sooner. `None`: the lease was lost, or it
-    /// cannot cover a call; make none.
+impl<'a> Attempt<'a> {
+    fn new(item: &'a LeasedItem) -> Attempt<'a> {
+        Attempt {
+            item,
+            calls: Vec::new(),
+            open: None,
+            lease_expires_at_ms: item.lease_expires_at_ms,
+        }
+    }
+
+    /// Makes sure the lease covers a call, renewing it when what is left would not, and
+    /// notes the call's start. Returns how long the call may take: the call timeout, or less
+    /// if the lease ends sooner. `None`: the lease was lost, or it cannot cover a call; make
+    /// none.
     async fn begin(
         &mut self,
         worker: &Worker,
         action: &'static str,
-        kind: CallKind,
     ) -> Result<Option<Duration>, StoreError> {
-        let now = now_ms();
-        let expires = now.saturating_add(worker.lease_ms());
-        let begin = Begin {
-            item: self.item.clone(),
-            action,
-            kind,
-            now_ms: now,
-            lease_expires_at_ms: expires,
-        };
-        let Some(start) = worker.batches.begin(begin).await? else {
-            tracing::Span::current().record("outcome", "lease_lost");
-            tracing::info!(item = self.item.id, action, "lease lost before the call");
-            return Ok(None);
-        };
-        self.open = Some((start.row, now));
         let margin = i64::try_from(LEASE_MARGIN.as_millis()).unwrap_or(i64::MAX);
-        let left_ms = start.lease_expires_at_ms - margin - now_ms();
+        let call_ms = i64::try_from(worker.config.call_timeout.as_millis()).unwrap_or(i64::MAX);
+        let now = now_ms();
+        if self.lease_expires_at_ms - margin - now < call_ms {
+            let expires = now.saturating_add(worker.lease_ms());
+            if !worker.batches.renew(self.item.clone(), expires).await? {
+                tracing::Span::current().record("outcome", "lease_lost");
+                tracing::info!(item = self.item.id, action, "lease lost before the call");
+                return Ok(None);
+            }
+            self.lease_expires_at_ms = expires;
+        }
+        let now = now_ms();
+        self.open = Some(now);
+        let left_ms = self.lease_expires_at_ms - margin - now;
         let Ok(left) = u64::try_from(left_ms) else {
             tracing::Span::current().record("outcome", "lease_too_short");
             tracing::warn!(
@@ -892,12 +895,8 @@ impl Attempt<'_> {
         record_id: Option<String>,
     ) {
         let now = now_ms();
-        let (row, started_at_ms) = match self.open.take() {
-            Some((row, started)) => (Some(row), started),
-            None => (None, now),
-        };
+        let started_at_ms = self.open.take().unwrap_or(now);
         self.calls.push(Call {
-            row,
             action,
             started_at_ms,
             finished_at_ms: now,

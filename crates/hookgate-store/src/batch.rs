@@ -1,7 +1,6 @@
-//! Delivery in batches: many items' calls begun, or many items finished, in one transaction of
-//! a few statements. Each item keeps the meaning [`Store::begin_call`] and [`Store::finish`]
-//! give it alone: its own fence (its lease owner), its own outcome; only the commit (one WAL
-//! sync) and the round trips are shared.
+//! Delivery in batches: many items finished in one transaction of a few statements. Each item
+//! keeps the meaning [`Store::finish`] gives it alone: its own fence (its lease owner), its own
+//! outcome; only the commit (one WAL sync) and the round trips are shared.
 //!
 //! **Rows travel as one JSON parameter.** A statement reads its rows from a row source `v`
 //! built from one JSON array (PostgreSQL: `jsonb_to_recordset`; SQLite: `json_each`), and
@@ -17,7 +16,7 @@ use serde_json::{Value, json};
 use sqlx::Row;
 
 use crate::delivery::{EVENT_STATES, LockEvents};
-use crate::{CallKind, CallStart, Finish, LeasedItem, Result, Store};
+use crate::{Finish, LeasedItem, Renewal, Result, Store};
 
 /// `WITH v AS (...)`: a row source of the named columns (name, PostgreSQL type) read from the
 /// JSON array bound to `$param`.
@@ -54,14 +53,14 @@ pub(crate) fn entities_json(entities: &[(String, String, String)]) -> String {
     }))
 }
 
-/// A call to begin, for [`Store::begin_calls`].
-#[derive(Debug, Clone, Copy)]
-pub struct BeginCall<'a> {
-    pub item: &'a LeasedItem,
-    pub action: &'a str,
-    pub kind: CallKind,
-    pub now_ms: i64,
-    pub lease_expires_at_ms: i64,
+/// The rows of [`Store::renew_leases`]: entity keys, lease owners and new ends.
+pub(crate) fn renewals_json(renewals: &[Renewal<'_>]) -> String {
+    rows_json(renewals.iter().map(|Renewal { item, lease_expires_at_ms }| {
+        json!({
+            "v_pipeline": item.pipeline, "v_target": item.target, "v_entity": item.entity,
+            "v_owner": item.lease_owner, "v_expires": lease_expires_at_ms,
+        })
+    }))
 }
 
 /// An item to finish, for [`Store::finish_batch`].
@@ -87,9 +86,10 @@ fn guard_values(item: &LeasedItem, finish: &Finish) -> [Option<String>; 4] {
     [applied, applied_text, doubted, doubted_text]
 }
 
-type EntityKey = (String, String, String);
+/// (pipeline, target, entity).
+pub(crate) type EntityKey = (String, String, String);
 
-fn entity_key(item: &LeasedItem) -> EntityKey {
+pub(crate) fn entity_key(item: &LeasedItem) -> EntityKey {
     (item.pipeline.clone(), item.target.clone(), item.entity.clone())
 }
 
@@ -119,137 +119,6 @@ const ENTITY_COLUMNS: [(&str, &str); 4] =
     [("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text"), ("v_owner", "text")];
 
 impl Store {
-    /// [`Store::begin_call`] for many items at once, in one transaction: each item's answer is
-    /// what `begin_call` would give it alone (`None` where its lease was lost). Items must be
-    /// of distinct entities, as leased items are.
-    pub async fn begin_calls(&self, calls: &[BeginCall<'_>]) -> Result<Vec<Option<CallStart>>> {
-        let (alone, shared) = alone_in_their_entity(calls, |call| call.item);
-        let begun = self.begin_calls_alone(&alone).await?;
-        let mut answers: Vec<Option<CallStart>> = Vec::with_capacity(calls.len());
-        let mut begun = begun.into_iter();
-        for (position, call) in calls.iter().enumerate() {
-            if shared.contains(&position) {
-                answers.push(
-                    self.begin_call(
-                        call.item,
-                        call.action,
-                        call.kind,
-                        call.now_ms,
-                        call.lease_expires_at_ms,
-                    )
-                    .await?,
-                );
-            } else {
-                answers.push(begun.next().flatten());
-            }
-        }
-        Ok(answers)
-    }
-
-    /// [`Store::begin_calls`] for items alone with their entity.
-    async fn begin_calls_alone(&self, calls: &[&BeginCall<'_>]) -> Result<Vec<Option<CallStart>>> {
-        if calls.is_empty() {
-            return Ok(Vec::new());
-        }
-        let postgres = matches!(self, Store::Postgres(_));
-        let mut columns = ENTITY_COLUMNS.to_vec();
-        columns.push(("v_expires", "bigint"));
-        // The lease first: an item whose entity is no longer its worker's begins nothing.
-        let renew = format!(
-            "{} UPDATE entities SET lease_expires_at_ms = v_expires FROM v \
-             WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity \
-               AND lease_owner = v_owner \
-             RETURNING pipeline, target, entity",
-            json_rows(postgres, 1, &columns)
-        );
-        let renew_rows = rows_json(calls.iter().map(|call| {
-            let item = call.item;
-            json!({
-                "v_pipeline": item.pipeline, "v_target": item.target, "v_entity": item.entity,
-                "v_owner": item.lease_owner, "v_expires": call.lease_expires_at_ms,
-            })
-        }));
-        let mark = format!(
-            "{} UPDATE outbox SET lease_expires_at_ms = v_expires, \
-               in_doubt = CASE WHEN v_write = 1 THEN 1 ELSE in_doubt END \
-             FROM v WHERE id = v_id AND lease_owner = v_owner AND state = 'in_flight' \
-             RETURNING id",
-            json_rows(
-                postgres,
-                1,
-                &[
-                    ("v_id", "bigint"),
-                    ("v_owner", "text"),
-                    ("v_expires", "bigint"),
-                    ("v_write", "bigint")
-                ]
-            )
-        );
-        let record = format!(
-            "{} INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, action) \
-             SELECT v_id, v_event, v_attempt, v_owner, v_started, v_action FROM v \
-             RETURNING id, outbox_id",
-            json_rows(
-                postgres,
-                1,
-                &[
-                    ("v_id", "bigint"),
-                    ("v_event", "bigint"),
-                    ("v_attempt", "bigint"),
-                    ("v_owner", "text"),
-                    ("v_started", "bigint"),
-                    ("v_action", "text"),
-                ]
-            )
-        );
-        on_both!(self, pool => {
-            let mut tx = pool.begin().await?;
-            let mut held: HashSet<EntityKey> = HashSet::new();
-            for row in sqlx::query(&renew).bind(&renew_rows).fetch_all(&mut *tx).await? {
-                held.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
-            }
-            let leased: Vec<&BeginCall<'_>> = calls
-                .iter()
-                .copied()
-                .filter(|call| held.contains(&entity_key(call.item)))
-                .collect();
-            let mark_rows = rows_json(leased.iter().map(|call| {
-                json!({
-                    "v_id": call.item.id, "v_owner": call.item.lease_owner,
-                    "v_expires": call.lease_expires_at_ms,
-                    "v_write": i64::from(call.kind == CallKind::Write),
-                })
-            }));
-            let mut marked: HashSet<i64> = HashSet::new();
-            for row in sqlx::query(&mark).bind(&mark_rows).fetch_all(&mut *tx).await? {
-                marked.insert(row.try_get(0)?);
-            }
-            let begun: Vec<&BeginCall<'_>> =
-                leased.into_iter().filter(|call| marked.contains(&call.item.id)).collect();
-            let record_rows = rows_json(begun.iter().map(|call| {
-                let item = call.item;
-                json!({
-                    "v_id": item.id, "v_event": item.event_id, "v_attempt": item.attempts,
-                    "v_owner": item.lease_owner, "v_started": call.now_ms, "v_action": call.action,
-                })
-            }));
-            let mut rows: HashMap<i64, i64> = HashMap::new();
-            for row in sqlx::query(&record).bind(&record_rows).fetch_all(&mut *tx).await? {
-                rows.insert(row.try_get(1)?, row.try_get(0)?);
-            }
-            tx.commit().await?;
-            Ok(calls
-                .iter()
-                .map(|call| {
-                    rows.get(&call.item.id).map(|&row| CallStart {
-                        row,
-                        lease_expires_at_ms: call.lease_expires_at_ms,
-                    })
-                })
-                .collect())
-        })
-    }
-
     /// [`Store::finish`] for many items at once, in one transaction: each item's answer is what
     /// `finish` would give it alone (`false` where its lease was lost, and then nothing of it
     /// is recorded). Items must be of distinct entities, as leased items are.
@@ -326,7 +195,7 @@ impl Store {
             "{} UPDATE outbox SET state = v_state, next_attempt_at_ms = v_next, in_doubt = v_doubt, \
                record_id = COALESCE(v_record, record_id), last_error = v_error, finished_at_ms = v_finished, \
                lease_owner = NULL, lease_expires_at_ms = NULL \
-             FROM v WHERE id = v_id AND lease_owner = v_owner AND state = 'in_flight' \
+             FROM v WHERE id = v_id AND lease_owner = v_owner \
              RETURNING id",
             json_rows(
                 postgres,
@@ -344,7 +213,6 @@ impl Store {
             )
         );
         let call_columns = [
-            ("v_row", "bigint"),
             ("v_id", "bigint"),
             ("v_event", "bigint"),
             ("v_attempt", "bigint"),
@@ -360,13 +228,6 @@ impl Store {
             ("v_meta", "text"),
             ("v_sealed", "text"),
         ];
-        let update_calls = format!(
-            "{} UPDATE attempts SET finished_at_ms = v_finished, action = v_action, outcome = v_outcome, \
-               status = v_status, excerpt = v_excerpt, error = v_error, record_id = v_record, \
-               meta = v_meta, sealed_with = v_sealed \
-             FROM v WHERE id = v_row",
-            json_rows(postgres, 1, &call_columns)
-        );
         let insert_calls = format!(
             "{} INSERT INTO attempts (outbox_id, finished_at_ms, action, outcome, status, excerpt, error, \
                record_id, meta, sealed_with, event_id, attempt, worker, started_at_ms) \
@@ -382,7 +243,9 @@ impl Store {
             let mut tx = pool.begin().await?;
             // In the order `finish` takes its locks: the entity, the event, the item.
             let mut released: HashSet<EntityKey> = HashSet::new();
-            for row in sqlx::query(&release).bind(&release_rows).fetch_all(&mut *tx).await? {
+            for row in
+                sqlx::query(&release).bind(&release_rows).persistent(false).fetch_all(&mut *tx).await?
+            {
                 released.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
             }
             let mine: Vec<&FinishItem<'_>> = items
@@ -415,30 +278,23 @@ impl Store {
                 return Ok(None);
             }
 
-            let calls = |with_row: bool| {
-                rows_json(
-                    mine.iter()
-                        .flat_map(|i| i.finish.calls.iter().map(move |call| (i.item, call)))
-                        .filter(move |(_, call)| call.row.is_some() == with_row)
-                        .map(|(item, call)| {
-                            json!({
-                                "v_row": call.row, "v_id": item.id, "v_event": item.event_id,
-                                "v_attempt": item.attempts, "v_owner": item.lease_owner,
-                                "v_started": call.started_at_ms, "v_finished": call.finished_at_ms,
-                                "v_action": call.action, "v_outcome": call.outcome,
-                                "v_status": call.status, "v_excerpt": call.excerpt,
-                                "v_error": call.error, "v_record": call.record_id,
-                                "v_meta": call.meta, "v_sealed": call.sealed_with,
-                            })
-                        }),
-                )
-            };
-            let (begun, unbegun) = (calls(true), calls(false));
-            if begun != "[]" {
-                sqlx::query(&update_calls).bind(&begun).execute(&mut *tx).await?;
-            }
-            if unbegun != "[]" {
-                sqlx::query(&insert_calls).bind(&unbegun).execute(&mut *tx).await?;
+            let calls = rows_json(
+                mine.iter()
+                    .flat_map(|i| i.finish.calls.iter().map(move |call| (i.item, call)))
+                    .map(|(item, call)| {
+                        json!({
+                            "v_id": item.id, "v_event": item.event_id,
+                            "v_attempt": item.attempts, "v_owner": item.lease_owner,
+                            "v_started": call.started_at_ms, "v_finished": call.finished_at_ms,
+                            "v_action": call.action, "v_outcome": call.outcome,
+                            "v_status": call.status, "v_excerpt": call.excerpt,
+                            "v_error": call.error, "v_record": call.record_id,
+                            "v_meta": call.meta, "v_sealed": call.sealed_with,
+                        })
+                    }),
+            );
+            if calls != "[]" {
+                sqlx::query(&insert_calls).bind(&calls).execute(&mut *tx).await?;
             }
             sqlx::query(&event_states).bind(ids_json(&events)).execute(&mut *tx).await?;
             tx.commit().await?;

@@ -1,27 +1,35 @@
-//! Delivery: entity leases, leasing outbox items, recording CRM calls, finishing items, replay
+//! Delivery: entity leases, leasing outbox items, renewing leases, finishing items, replay
 //! and retention.
 //!
 //! # Entities and their leases
 //! Every item belongs to an entity: (pipeline, target, entity). A worker works on an item only
 //! while it holds its entity's lease (`entities.lease_owner`), so one entity is worked on by one
 //! worker at a time, across processes. The lease owner is a token unique to one lease call, and
-//! it is the fence: beginning a call and finishing an item both require it, so a worker whose
-//! lease was taken over cannot write anything more. A lease is renewed by every
-//! [`Store::begin_call`].
+//! it is the fence: renewing a lease and finishing an item both require it, so a worker whose
+//! lease was taken over cannot write anything more. A worker makes a CRM call only while its
+//! lease, by its own clock, covers the whole call ([`Store::renew_leases`] when it does not).
+//!
+//! # In doubt
+//! An item is *in doubt* when a write of it may have reached the CRM without its outcome
+//! reaching us: it is `in_flight` (its worker may be calling right now, or may have died
+//! mid-call), or `in_doubt` is set (an outcome left it unknown: a timeout, a lost answer). A
+//! lease that takes an item over from `in_flight` sets `in_doubt`, so the new holder looks the
+//! record up before writing, and the doubt outlives a retry.
 //!
 //! # The head of an entity
 //! Of an entity's unfinished items (pending or in flight), exactly one may be leased, its head:
-//! - if any unfinished item is *in doubt* (a write was sent and its outcome is unknown), the
-//!   latest in-doubt item (by version, then id): it must be settled, by looking the record up,
-//!   before anything else is written to that record;
+//! - if any unfinished item is in doubt, the latest one in doubt (by version, then id): it must
+//!   be settled, by looking the record up, before anything else is written to that record;
 //! - otherwise the earliest item (by version, then id; by id alone without versions).
 //!
-//! An item becomes in doubt only in [`Store::begin_call`] for a write, which needs the entity's
-//! lease, which needs the item to be the head. So while an item is in doubt nothing else of its
-//! entity is written, and lookups compare against a record only that write could have changed.
+//! An item is in flight only under its entity's lease, which needs it to be the head; a lease
+//! that finds it in flight takes it over as it is. So while an item is in doubt nothing else of
+//! its entity is written, and lookups compare against a record only that write could have
+//! changed.
 
 use sqlx::Row;
 
+use crate::batch::EntityKey;
 use crate::{Result, Store};
 
 /// Outbox item states.
@@ -80,6 +88,17 @@ pub struct LeasedItem {
     pub lease_owner: String,
     /// When the entity's lease ends unless renewed, by the leasing worker's clock.
     pub lease_expires_at_ms: i64,
+    /// The entity's version guard, read under the lease: only the lease holder changes it,
+    /// so it holds for the whole attempt. Read only for items with a version.
+    pub guard: EntityGuard,
+}
+
+/// A lease to renew, for [`Store::renew_leases`].
+#[derive(Debug, Clone, Copy)]
+pub struct Renewal<'a> {
+    pub item: &'a LeasedItem,
+    /// The lease's new end, by the renewing worker's clock.
+    pub lease_expires_at_ms: i64,
 }
 
 /// A version confirmed applied to an entity.
@@ -102,8 +121,6 @@ pub struct EntityGuard {
 /// One CRM call of an attempt, or a decision taken without a call, as evidence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
-    /// The row [`Store::begin_call`] made for it; `None` records it only at finish.
-    pub row: Option<i64>,
     pub action: &'static str,
     pub started_at_ms: i64,
     pub finished_at_ms: i64,
@@ -135,22 +152,6 @@ pub struct Finish {
     pub calls: Vec<Call>,
 }
 
-/// A call begun: its evidence row, and the lease's new end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CallStart {
-    pub row: i64,
-    pub lease_expires_at_ms: i64,
-}
-
-/// What a call is, for [`Store::begin_call`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallKind {
-    /// Reads the CRM: the item's doubt is unchanged.
-    Read,
-    /// May change the CRM: the item is in doubt until an outcome says otherwise.
-    Write,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptRecord {
     pub id: i64,
@@ -171,12 +172,14 @@ pub struct AttemptRecord {
 }
 
 /// `o` is the head of its entity (see the module documentation). Versions compare as sort
-/// keys; an item without a version sorts by id alone.
+/// keys; an item without a version sorts by id alone. An item in flight counts as in doubt.
 const HEAD: &str = "NOT EXISTS (SELECT 1 FROM outbox b \
     WHERE b.pipeline = o.pipeline AND b.target = o.target AND b.entity = o.entity AND b.id <> o.id \
       AND b.state IN ('pending', 'in_flight') \
-      AND ((b.in_doubt = 1 AND (COALESCE(b.version, ''), b.id) > (COALESCE(o.version, ''), o.id)) \
-        OR (o.in_doubt = 0 AND (COALESCE(b.version, ''), b.id) < (COALESCE(o.version, ''), o.id))))";
+      AND (((b.in_doubt = 1 OR b.state = 'in_flight') \
+          AND (COALESCE(b.version, ''), b.id) > (COALESCE(o.version, ''), o.id)) \
+        OR (o.in_doubt = 0 AND o.state = 'pending' \
+          AND (COALESCE(b.version, ''), b.id) < (COALESCE(o.version, ''), o.id))))";
 
 /// Unfinished and due: pending and past its backoff, or in flight under a lease that is gone
 /// (its worker died or stalled).
@@ -257,11 +260,16 @@ async fn lock_event<T: LockEvent>(tx: &mut T, event_id: i64) -> sqlx::Result<()>
 impl Store {
     /// Leases the heads of up to `limit` entities for `owner` until `lease_expires_at_ms`.
     ///
-    /// Candidates are read first; then, in one transaction, their entity rows are created if
-    /// missing, the ones nobody holds are claimed (PostgreSQL: `FOR UPDATE SKIP LOCKED`, so
-    /// concurrent leasers skip each other), and the head of each claimed entity is leased,
-    /// checked again after the claim so that a head chosen from an older snapshot is never
-    /// used. Claimed entities whose head is not due after all are released.
+    /// Candidates are read first; then, in one transaction, missing entity rows are created
+    /// already held by `owner`, the existing ones nobody holds are claimed (PostgreSQL: `FOR
+    /// UPDATE SKIP LOCKED`, so concurrent leasers skip each other), and the head of each
+    /// claimed entity is leased, checked again after the claim so that a head chosen from an
+    /// older snapshot is never used. Claimed entities whose head is not due after all are
+    /// released.
+    ///
+    /// A leased item may be written at once, within its lease: nothing else is recorded before
+    /// its call. An item taken over from `in_flight` (its worker stopped without an outcome) is
+    /// marked in doubt, and its abandoned attempt is recorded as evidence.
     pub async fn lease(
         &self,
         owner: &str,
@@ -286,57 +294,89 @@ impl Store {
             )
         };
         let candidates_sql = format!(
-            "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST(-1 AS BIGINT) AS walk FROM outbox o \
+            "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST({WALK_ABANDONED} AS BIGINT) AS walk FROM outbox o \
                WHERE o.state = 'in_flight' AND {free} AND {HEAD} LIMIT $2) AS abandoned \
              UNION ALL {} UNION ALL {}",
             due(LANE_FRESH),
             due(LANE_REPLAY)
         );
         let postgres = matches!(self, Store::Postgres(_));
-        let rows = crate::batch::json_rows(
-            postgres,
-            4,
-            &[("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text")],
-        );
+        let keys = [("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text")];
+        let rows = |param: usize| crate::batch::json_rows(postgres, param, &keys);
         // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `FROM` as a join constraint.
-        let insert = crate::batch::json_rows(
-            postgres,
-            1,
-            &[("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text")],
-        ) + " INSERT INTO entities (pipeline, target, entity) SELECT v_pipeline, v_target, v_entity FROM v \
-              WHERE true ON CONFLICT DO NOTHING";
-        let free = "(lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1)";
+        let insert = rows(1)
+            + " INSERT INTO entities (pipeline, target, entity, lease_owner, lease_expires_at_ms) \
+              SELECT v_pipeline, v_target, v_entity, $2, $3 FROM v WHERE true ON CONFLICT DO NOTHING \
+              RETURNING pipeline, target, entity";
         // PostgreSQL: the rows are locked first, skipping those another leaser holds, and
         // updated by their physical address, so that the update joins nothing (a join of
         // the locked rows back to `entities` by key was planned as a scan of the table).
         // SQLite has one writer: nothing to skip.
         let claim = if postgres {
             format!(
-                "{rows} UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 \
+                "{} UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 \
                  WHERE ctid = ANY(ARRAY(SELECT e.ctid FROM entities e JOIN v \
                    ON e.pipeline = v_pipeline AND e.target = v_target AND e.entity = v_entity \
                    WHERE (e.lease_expires_at_ms IS NULL OR e.lease_expires_at_ms <= $1) \
-                   FOR UPDATE OF e SKIP LOCKED))"
+                   FOR UPDATE OF e SKIP LOCKED)) \
+                 RETURNING pipeline, target, entity",
+                rows(4)
             )
         } else {
             format!(
-                "{rows} UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 FROM v \
-                 WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND {free}"
+                "{} UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 FROM v \
+                 WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity \
+                   AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1) \
+                 RETURNING pipeline, target, entity",
+                rows(4)
             )
         };
+        // The items this lease takes: the head of each entity in `v` (the entities it now
+        // holds), due at `$1`, not paused.
+        let taken = format!(
+            "SELECT o.id FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
+               AND o.entity = v_entity \
+             WHERE {DUE} AND {HEAD} AND NOT EXISTS (SELECT 1 FROM pauses p \
+               WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)"
+        );
+        // Evidence first, while the item still names the worker that left it.
+        let abandoned = format!(
+            "{} INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, \
+               action, outcome, error) \
+             SELECT id, event_id, attempts, COALESCE(lease_owner, ''), COALESCE(leased_at_ms, $1), $1, \
+               'lease', 'abandoned', $2 FROM outbox WHERE state = 'in_flight' AND id IN ({taken})",
+            rows(3)
+        );
         let lease_sql = format!(
-            "UPDATE outbox SET state = 'in_flight', lease_owner = $2, lease_expires_at_ms = $3, attempts = attempts + 1 \
-             WHERE id IN (SELECT o.id FROM outbox o JOIN entities e ON e.pipeline = o.pipeline \
-                 AND e.target = o.target AND e.entity = o.entity \
-               WHERE e.lease_owner = $2 AND {DUE} AND {HEAD} AND NOT EXISTS (SELECT 1 FROM pauses p \
-                 WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)) \
-             RETURNING {ITEM_COLUMNS}"
+            "{} UPDATE outbox SET state = 'in_flight', lease_owner = $2, lease_expires_at_ms = $3, \
+               leased_at_ms = $1, attempts = attempts + 1, \
+               in_doubt = CASE WHEN state = 'in_flight' THEN 1 ELSE in_doubt END \
+             WHERE id IN ({taken}) \
+             RETURNING {ITEM_COLUMNS}",
+            rows(4)
+        );
+        let release = format!(
+            "{} UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL FROM v \
+             WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $1",
+            rows(2)
+        );
+        let guards = format!(
+            "{} SELECT pipeline, target, entity, applied_version, applied_version_text, doubted_version, \
+               doubted_version_text FROM entities JOIN v \
+               ON pipeline = v_pipeline AND target = v_target AND entity = v_entity",
+            rows(1)
         );
         // A snapshot read: on SQLite it goes to a reader, so that the one writer is not held
         // while the backlog is searched; the claim below checks again.
         let found: Vec<(String, String, String, i64)> = read_on_both!(self, pool => {
-            sqlx::query_as(&candidates_sql).bind(now_ms).bind(limit).fetch_all(pool).await?
+            sqlx::query_as(&candidates_sql)
+                .bind(now_ms)
+                .bind(limit)
+                .persistent(false)
+                .fetch_all(pool)
+                .await?
         });
+        let any_abandoned = found.iter().any(|(.., walk)| *walk == WALK_ABANDONED);
         let mut candidates = take_in_turn(found, usize::try_from(limit).unwrap_or(0));
         on_both!(self, pool => {
             if candidates.is_empty() {
@@ -348,100 +388,136 @@ impl Store {
             candidates.dedup();
             let mut tx = pool.begin().await?;
             let entities = crate::batch::entities_json(&candidates);
-            sqlx::query(&insert).bind(&entities).execute(&mut *tx).await?;
-            let claimed = sqlx::query(&claim)
+            let mut held: Vec<EntityKey> = Vec::with_capacity(candidates.len());
+            for row in sqlx::query(&insert)
+                .bind(&entities)
+                .bind(owner)
+                .bind(lease_expires_at_ms)
+                .fetch_all(&mut *tx)
+                .await?
+            {
+                held.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+            }
+            for row in sqlx::query(&claim)
                 .bind(now_ms)
                 .bind(owner)
                 .bind(lease_expires_at_ms)
                 .bind(&entities)
-                .execute(&mut *tx)
-                .await?;
-            let claimed = claimed.rows_affected();
-            if claimed == 0 {
+                .persistent(false)
+                .fetch_all(&mut *tx)
+                .await?
+            {
+                held.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+            }
+            if held.is_empty() {
                 return Ok(Vec::new());
             }
-
-            let rows = sqlx::query(&lease_sql)
+            held.sort();
+            let held_json = crate::batch::entities_json(&held);
+            if any_abandoned {
+                sqlx::query(&abandoned)
+                    .bind(now_ms)
+                    .bind(ABANDONED)
+                    .bind(&held_json)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let mut items = sqlx::query(&lease_sql)
                 .bind(now_ms)
                 .bind(owner)
                 .bind(lease_expires_at_ms)
+                .bind(&held_json)
                 .fetch_all(&mut *tx)
-                .await?;
-            // An entity has one head: when every claimed entity got its item, none is left to
-            // release.
-            if u64::try_from(rows.len()).unwrap_or(u64::MAX) < claimed {
-                sqlx::query(
-                "UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL WHERE lease_owner = $1 \
-                 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.pipeline = entities.pipeline \
-                   AND o.target = entities.target AND o.entity = entities.entity \
-                   AND o.state = 'in_flight' AND o.lease_owner = $1)",
-            )
-            .bind(owner)
-            .execute(&mut *tx)
-            .await?;
+                .await?
+                .iter()
+                .map(leased_from_row)
+                .collect::<Result<Vec<LeasedItem>>>()?;
+            // An entity has one head; the entities held whose head was not due after all
+            // (an older snapshot's candidates) are let go.
+            if items.len() < held.len() {
+                let leased: std::collections::HashSet<EntityKey> =
+                    items.iter().map(crate::batch::entity_key).collect();
+                held.retain(|key| !leased.contains(key));
+                sqlx::query(&release)
+                    .bind(owner)
+                    .bind(crate::batch::entities_json(&held))
+                    .persistent(false)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let versioned: Vec<EntityKey> = items
+                .iter()
+                .filter(|item| item.version.is_some())
+                .map(crate::batch::entity_key)
+                .collect();
+            if !versioned.is_empty() {
+                let mut read: std::collections::HashMap<EntityKey, EntityGuard> =
+                    std::collections::HashMap::new();
+                for row in sqlx::query(&guards)
+                    .bind(crate::batch::entities_json(&versioned))
+                    .persistent(false)
+                    .fetch_all(&mut *tx)
+                    .await?
+                {
+                    let key = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+                    let versions = (row.try_get(3)?, row.try_get(4)?, row.try_get(5)?, row.try_get(6)?);
+                    read.insert(key, guard_from_row(versions));
+                }
+                for item in &mut items {
+                    if let Some(guard) = read.remove(&crate::batch::entity_key(item)) {
+                        item.guard = guard;
+                    }
+                }
             }
             tx.commit().await?;
-            rows.iter().map(leased_from_row).collect()
+            Ok(items)
         })
     }
 
-    /// Renews the lease to `lease_expires_at_ms` and records the start of a call; a write
-    /// marks the item in doubt until an outcome clears it. Returns `None`, and changes
-    /// nothing, when the lease was lost to another worker.
-    pub async fn begin_call(
-        &self,
-        item: &LeasedItem,
-        action: &str,
-        kind: CallKind,
-        now_ms: i64,
-        lease_expires_at_ms: i64,
-    ) -> Result<Option<CallStart>> {
+    /// Renews each item's lease to its new end, if the item's lease owner still holds its
+    /// entity; one transaction for all. Returns, per renewal, whether it held.
+    pub async fn renew_leases(&self, renewals: &[Renewal<'_>]) -> Result<Vec<bool>> {
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let postgres = matches!(self, Store::Postgres(_));
+        let renew = format!(
+            "{} UPDATE entities SET lease_expires_at_ms = v_expires FROM v \
+             WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity \
+               AND lease_owner = v_owner \
+             RETURNING pipeline, target, entity, lease_owner",
+            crate::batch::json_rows(
+                postgres,
+                1,
+                &[
+                    ("v_pipeline", "text"),
+                    ("v_target", "text"),
+                    ("v_entity", "text"),
+                    ("v_owner", "text"),
+                    ("v_expires", "bigint"),
+                ]
+            )
+        );
+        let rows = crate::batch::renewals_json(renewals);
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
-            let held = sqlx::query(
-                "UPDATE entities SET lease_expires_at_ms = $5 \
-                 WHERE pipeline = $1 AND target = $2 AND entity = $3 AND lease_owner = $4",
-            )
-            .bind(&item.pipeline)
-            .bind(&item.target)
-            .bind(&item.entity)
-            .bind(&item.lease_owner)
-            .bind(lease_expires_at_ms)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if held == 0 {
-                return Ok(None);
+            let mut held: std::collections::HashSet<(String, String, String, String)> =
+                std::collections::HashSet::new();
+            for row in sqlx::query(&renew).bind(&rows).persistent(false).fetch_all(&mut *tx).await? {
+                held.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?));
             }
-            let write = i64::from(kind == CallKind::Write);
-            let held = sqlx::query(
-                "UPDATE outbox SET lease_expires_at_ms = $3, in_doubt = CASE WHEN $4 = 1 THEN 1 ELSE in_doubt END \
-                 WHERE id = $1 AND lease_owner = $2 AND state = 'in_flight'",
-            )
-            .bind(item.id)
-            .bind(&item.lease_owner)
-            .bind(lease_expires_at_ms)
-            .bind(write)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if held == 0 {
-                return Ok(None);
-            }
-            let row: i64 = sqlx::query_scalar(
-                "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, action) \
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-            )
-            .bind(item.id)
-            .bind(item.event_id)
-            .bind(item.attempts)
-            .bind(&item.lease_owner)
-            .bind(now_ms)
-            .bind(action)
-            .fetch_one(&mut *tx)
-            .await?;
             tx.commit().await?;
-            Ok(Some(CallStart { row, lease_expires_at_ms }))
+            Ok(renewals
+                .iter()
+                .map(|Renewal { item, .. }| {
+                    held.contains(&(
+                        item.pipeline.clone(),
+                        item.target.clone(),
+                        item.entity.clone(),
+                        item.lease_owner.clone(),
+                    ))
+                })
+                .collect())
         })
     }
 
@@ -453,30 +529,17 @@ impl Store {
         entity: &str,
     ) -> Result<EntityGuard> {
         on_both!(self, pool => {
-            // Each version's sort key and its text: applied, then doubted.
-            type Versions = (Option<String>, Option<String>, Option<String>, Option<String>);
-            let row: Option<Versions> =
-                sqlx::query_as(
-                    "SELECT applied_version, applied_version_text, doubted_version, doubted_version_text \
-                     FROM entities WHERE pipeline = $1 AND target = $2 AND entity = $3",
-                )
-                .bind(pipeline)
-                .bind(target)
-                .bind(entity)
-                .fetch_optional(pool)
-                .await?;
-            let version = |sort_key: Option<String>, text: Option<String>| {
-                sort_key.map(|sort_key| AppliedVersion {
-                    text: text.unwrap_or_else(|| sort_key.clone()),
-                    sort_key,
-                })
-            };
-            Ok(row
-                .map(|(applied, applied_text, doubted, doubted_text)| EntityGuard {
-                    applied: version(applied, applied_text),
-                    doubted: version(doubted, doubted_text),
-                })
-                .unwrap_or_default())
+            let row: Option<GuardRow> = sqlx::query_as(
+                "SELECT applied_version, applied_version_text, doubted_version, doubted_version_text \
+                 FROM entities WHERE pipeline = $1 AND target = $2 AND entity = $3",
+            )
+            .bind(pipeline)
+            .bind(target)
+            .bind(entity)
+            .persistent(false)
+            .fetch_optional(pool)
+            .await?;
+            Ok(row.map(guard_from_row).unwrap_or_default())
         })
     }
 
@@ -518,6 +581,7 @@ impl Store {
             .bind(applied_text)
             .bind(doubted)
             .bind(doubted_text)
+            .persistent(false)
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -529,7 +593,7 @@ impl Store {
             let moved = sqlx::query(
                 "UPDATE outbox SET state = $3, next_attempt_at_ms = $4, in_doubt = $5, record_id = COALESCE($6, record_id), \
                  last_error = $7, finished_at_ms = $8, lease_owner = NULL, lease_expires_at_ms = NULL \
-                 WHERE id = $1 AND lease_owner = $2 AND state = 'in_flight'",
+                 WHERE id = $1 AND lease_owner = $2",
             )
             .bind(item.id)
             .bind(&item.lease_owner)
@@ -546,38 +610,27 @@ impl Store {
                 return Ok(false);
             }
             for call in &finish.calls {
-                let query = match call.row {
-                    Some(row) => sqlx::query(
-                        "UPDATE attempts SET finished_at_ms = $2, action = $3, outcome = $4, status = $5, excerpt = $6, \
-                         error = $7, record_id = $8, meta = $9, sealed_with = $10 WHERE id = $1",
-                    )
-                    .bind(row),
-                    None => sqlx::query(
-                        "INSERT INTO attempts (outbox_id, finished_at_ms, action, outcome, status, excerpt, error, \
-                         record_id, meta, sealed_with, event_id, attempt, worker, started_at_ms) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-                    )
-                    .bind(item.id),
-                };
-                let query = query
-                    .bind(call.finished_at_ms)
-                    .bind(call.action)
-                    .bind(&call.outcome)
-                    .bind(call.status)
-                    .bind(&call.excerpt)
-                    .bind(&call.error)
-                    .bind(&call.record_id)
-                    .bind(&call.meta)
-                    .bind(&call.sealed_with);
-                let query = match call.row {
-                    Some(_) => query,
-                    None => query
-                        .bind(item.event_id)
-                        .bind(item.attempts)
-                        .bind(&item.lease_owner)
-                        .bind(call.started_at_ms),
-                };
-                query.execute(&mut *tx).await?;
+                sqlx::query(
+                    "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, \
+                     action, outcome, status, excerpt, error, record_id, meta, sealed_with) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                )
+                .bind(item.id)
+                .bind(item.event_id)
+                .bind(item.attempts)
+                .bind(&item.lease_owner)
+                .bind(call.started_at_ms)
+                .bind(call.finished_at_ms)
+                .bind(call.action)
+                .bind(&call.outcome)
+                .bind(call.status)
+                .bind(&call.excerpt)
+                .bind(&call.error)
+                .bind(&call.record_id)
+                .bind(&call.meta)
+                .bind(&call.sealed_with)
+                .execute(&mut *tx)
+                .await?;
             }
             sqlx::query(EVENT_STATE).bind(item.event_id).execute(&mut *tx).await?;
             tx.commit().await?;
@@ -788,6 +841,26 @@ pub const LANE_REPLAY: i64 = 1;
 /// the due walks (which range over lanes 0 and 1) until the pause is lifted.
 pub const LANE_PARKED: i64 = 2;
 
+/// Each version's sort key and its text: applied, then doubted.
+type GuardRow = (Option<String>, Option<String>, Option<String>, Option<String>);
+
+fn guard_from_row((applied, applied_text, doubted, doubted_text): GuardRow) -> EntityGuard {
+    let version = |sort_key: Option<String>, text: Option<String>| {
+        sort_key.map(|sort_key| AppliedVersion {
+            text: text.unwrap_or_else(|| sort_key.clone()),
+            sort_key,
+        })
+    };
+    EntityGuard { applied: version(applied, applied_text), doubted: version(doubted, doubted_text) }
+}
+
+/// The candidate walk of items left in flight (see [`Store::lease`]).
+const WALK_ABANDONED: i64 = -1;
+
+/// The evidence of an attempt whose worker stopped before recording an outcome.
+const ABANDONED: &str = "the lease ended before its worker recorded an outcome (it stopped, or lost \
+    the database): a write may have been sent, so the record is looked up before anything is written";
+
 /// Which lane a lease's candidates start with, flipped at each lease: with room for one
 /// write, fresh work and replays take turns.
 static REPLAY_FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -847,5 +920,6 @@ where
         in_doubt: row.try_get::<i64, _>("in_doubt")? != 0,
         lease_owner: row.try_get("lease_owner")?,
         lease_expires_at_ms: row.try_get("lease_expires_at_ms")?,
+        guard: EntityGuard::default(),
     })
 }

@@ -142,10 +142,10 @@ mod delivery;
 mod operate;
 mod payloads;
 
-pub use batch::{BeginCall, FinishItem};
+pub use batch::FinishItem;
 pub use delivery::{
-    AppliedVersion, AttemptRecord, Backlog, Call, CallKind, CallStart, EntityGuard, Finish,
-    LANE_FRESH, LANE_PARKED, LANE_REPLAY, LeasedItem, PoolUsage, Replay, state,
+    AppliedVersion, AttemptRecord, Backlog, Call, EntityGuard, Finish, LANE_FRESH, LANE_PARKED,
+    LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, state,
 };
 pub use operate::{DeadLetter, Pause, PauseKind, ReplayFilter, TargetBacklog};
 pub use payloads::{PURGE_BATCH, PayloadTable, Purged, StoredAnswer, StoredPayload};

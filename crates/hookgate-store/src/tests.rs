@@ -289,74 +289,71 @@ async fn an_expired_lease_passes_to_another_worker_and_fences_the_first() {
     on_both_backends(|store| async move {
         let event = item(&store, "k", "E", None, 10).await;
         let first = store.lease("w1", 100, 200, 1).await.unwrap().remove(0);
-        let call = store.begin_call(&first, "upsert", CallKind::Write, 100, 200).await.unwrap();
-        assert!(call.is_some());
+        assert!(!first.in_doubt, "a first lease has nothing to settle");
         assert!(store.lease("w2", 150, 400, 1).await.unwrap().is_empty(), "the lease still holds");
         // Renewing moves the lease's end: at 250 it still holds.
-        let renewed = store.begin_call(&first, "lookup", CallKind::Read, 150, 300).await.unwrap();
-        assert_eq!(renewed.map(|c| c.lease_expires_at_ms), Some(300));
+        let renew = |item, until| Renewal { item, lease_expires_at_ms: until };
+        assert_eq!(store.renew_leases(&[renew(&first, 300)]).await.unwrap(), [true]);
         assert!(store.lease("w2", 250, 400, 1).await.unwrap().is_empty(), "renewed until 300");
 
         let second = store.lease("w2", 300, 500, 1).await.unwrap().remove(0);
         assert_eq!(second.event_id, event);
         assert_eq!(second.attempts, 2);
-        assert!(second.in_doubt, "the first write never finished: look up before writing");
+        assert!(second.in_doubt, "the first worker may have written: look up before writing");
         // The first worker wakes up: its lease is gone, its results are refused.
         assert!(!store.finish(&first, &finish(state::DONE, None), 310).await.unwrap());
-        assert_eq!(
-            store.begin_call(&first, "upsert", CallKind::Write, 310, 400).await.unwrap(),
-            None
-        );
-        let done = Finish {
-            calls: vec![Call {
-                row: None,
-                action: "lookup",
-                started_at_ms: 320,
-                finished_at_ms: 330,
-                outcome: "reconciled".into(),
-                status: Some(200),
-                excerpt: Some("{}".into()),
-                error: None,
-                record_id: Some("R1".into()),
-                meta: None,
-                sealed_with: None,
-            }],
-            ..finish(state::DONE, None)
-        };
+        assert_eq!(store.renew_leases(&[renew(&first, 400)]).await.unwrap(), [false]);
+        let done =
+            Finish { calls: vec![call("lookup", "reconciled", 320)], ..finish(state::DONE, None) };
         assert!(store.finish(&second, &done, 330).await.unwrap());
         let attempts = store.attempts_for(event).await.unwrap();
         let story: Vec<_> = attempts
             .iter()
             .map(|a| {
-                (a.attempt, a.action.as_deref().unwrap(), a.outcome.as_deref(), a.finished_at_ms)
+                let action = a.action.as_deref().unwrap();
+                (a.attempt, action, a.outcome.as_deref(), a.started_at_ms, a.finished_at_ms)
             })
             .collect();
         assert_eq!(
             story,
             [
-                (1, "upsert", None, None),
-                (1, "lookup", None, None),
-                (2, "lookup", Some("reconciled"), Some(330))
+                (1, "lease", Some("abandoned"), 100, Some(300)),
+                (2, "lookup", Some("reconciled"), 320, Some(325))
             ],
-            "the crashed calls stay visible as unfinished"
+            "the abandoned attempt stays visible, from its lease to its takeover"
         );
-        assert_eq!(attempts[2].worker, second.lease_owner);
+        assert_eq!(attempts[0].worker, first.lease_owner);
+        assert!(attempts[0].error.as_deref().unwrap().contains("a write may have been sent"));
+        assert_eq!(attempts[1].worker, second.lease_owner);
     })
     .await;
 }
 
+/// A lease marks nothing before a call: the item in flight counts as in doubt, for the head
+/// rule at once, and through `in_doubt` once a lease takes it over.
 #[tokio::test]
-async fn a_read_leaves_an_item_as_it_was_and_a_write_puts_it_in_doubt() {
+async fn an_item_in_flight_counts_as_in_doubt() {
     on_both_backends(|store| async move {
-        let event = item(&store, "k", "E", None, 10).await;
-        let leased = store.lease("w", 100, 1_000, 1).await.unwrap().remove(0);
-        store.begin_call(&leased, "lookup", CallKind::Read, 100, 1_000).await.unwrap().unwrap();
-        assert!(!store.outbox_for(event).await.unwrap()[0].in_doubt);
-        store.begin_call(&leased, "upsert", CallKind::Write, 100, 1_000).await.unwrap().unwrap();
-        assert!(store.outbox_for(event).await.unwrap()[0].in_doubt);
-        // A definitive answer clears the doubt.
-        assert!(store.finish(&leased, &finish(state::PENDING, None), 110).await.unwrap());
-        assert!(!store.outbox_for(event).await.unwrap()[0].in_doubt);
+        let v5 = item(&store, "v5", "E", Some("5"), 10).await;
+        store.lease("w1", 100, 200, 10).await.unwrap().remove(0);
+        assert!(!store.outbox_for(v5).await.unwrap()[0].in_doubt, "nothing is marked at lease");
+        // v3 arrives late, older: w1's write of v5 may be out, so v3 is not the head.
+        let v3 = item(&store, "v3", "E", Some("3"), 11).await;
+        let taken = store.lease("w2", 300, 1_000, 10).await.unwrap();
+        assert_eq!(events_of(&taken), [v5], "the item left in flight, not the older version");
+        assert!(taken[0].in_doubt);
+        assert!(store.outbox_for(v5).await.unwrap()[0].in_doubt, "the doubt is recorded");
+        // The lookup fails: v5 waits in doubt, and v3 waits behind it.
+        assert!(store.finish(&taken[0], &in_doubt_until(2_000), 310).await.unwrap());
+        assert!(store.lease("w2", 1_000, 3_000, 10).await.unwrap().is_empty());
+        // A definitive answer (not applied; then refused with a 503) clears the doubt.
+        let again = store.lease("w2", 2_000, 3_000, 10).await.unwrap().remove(0);
+        assert_eq!(again.event_id, v5);
+        assert!(again.in_doubt);
+        assert!(store.finish(&again, &finish(state::PENDING, None), 2_010).await.unwrap());
+        assert!(!store.outbox_for(v5).await.unwrap()[0].in_doubt);
+        // Not in doubt and pending, v5 is no longer ahead of the older v3.
+        assert_eq!(events_of(&store.lease("w3", 2_020, 4_000, 10).await.unwrap()), [v3]);
     })
     .await;
 }
@@ -367,9 +364,8 @@ async fn a_read_leaves_an_item_as_it_was_and_a_write_puts_it_in_doubt() {
 async fn a_write_in_doubt_is_settled_before_an_older_version_is_leased() {
     on_both_backends(|store| async move {
         let v3 = item(&store, "v3", "E", Some("3"), 10).await;
-        let held = store.lease("w1", 100, 200, 10).await.unwrap().remove(0);
-        store.begin_call(&held, "upsert", CallKind::Write, 100, 200).await.unwrap().unwrap();
-        // w1 is killed here. v1 and v2 arrive.
+        store.lease("w1", 100, 200, 10).await.unwrap().remove(0);
+        // w1 writes v3 and is killed before it records the answer. v1 and v2 arrive.
         let v1 = item(&store, "v1", "E", Some("1"), 110).await;
         let v2 = item(&store, "v2", "E", Some("2"), 120).await;
         assert!(store.lease("w2", 150, 500, 10).await.unwrap().is_empty(), "w1's lease holds");
@@ -403,8 +399,7 @@ async fn newer_arrivals_wait_behind_a_write_in_doubt_and_older_ones_too() {
     on_both_backends(|store| async move {
         let v10 = item(&store, "v10", "E", Some("10"), 10).await;
         let held = store.lease("w", 100, 1_000, 10).await.unwrap().remove(0);
-        store.begin_call(&held, "upsert", CallKind::Write, 100, 1_000).await.unwrap().unwrap();
-        store.begin_call(&held, "lookup", CallKind::Read, 110, 1_000).await.unwrap().unwrap();
+        // The write's answer is lost and the lookup after it refused.
         assert!(store.finish(&held, &in_doubt_until(500), 120).await.unwrap());
         for (key, version) in [("v7", "07"), ("v8", "08"), ("v9", "09"), ("v11", "11")] {
             item(&store, key, "E", Some(version), 130).await;
@@ -420,7 +415,6 @@ async fn a_write_dead_lettered_in_doubt_counts_as_applied_for_ordering() {
     on_both_backends(|store| async move {
         let v5 = item(&store, "v5", "E", Some("5"), 10).await;
         let held = store.lease("w", 100, 1_000, 10).await.unwrap().remove(0);
-        store.begin_call(&held, "upsert", CallKind::Write, 100, 1_000).await.unwrap().unwrap();
         let dead = Finish { in_doubt: true, ..finish(state::DEAD, None) };
         assert!(store.finish(&held, &dead, 110).await.unwrap());
 
@@ -815,9 +809,8 @@ async fn a_batch_records_each_delivery_as_if_alone() {
     .await;
 }
 
-fn call_row(row: Option<i64>, action: &'static str, outcome: &str, at: i64) -> Call {
+fn call(action: &'static str, outcome: &str, at: i64) -> Call {
     Call {
-        row,
         action,
         started_at_ms: at,
         finished_at_ms: at + 5,
@@ -833,7 +826,7 @@ fn call_row(row: Option<i64>, action: &'static str, outcome: &str, at: i64) -> C
 
 /// Batches give every item what it would get alone: its own fence, its own outcome.
 #[tokio::test]
-async fn batches_begin_and_finish_each_item_as_if_alone() {
+async fn batches_renew_and_finish_each_item_as_if_alone() {
     on_both_backends(|store| async move {
         let a = item(&store, "a", "A", Some("1"), 10).await;
         let b = item(&store, "b", "B", None, 11).await;
@@ -851,43 +844,27 @@ async fn batches_begin_and_finish_each_item_as_if_alone() {
         let (ia, ib, ic) = (of(a), of(b), of(c));
         let pair_items: Vec<&LeasedItem> = leased.iter().filter(|i| i.event_id == pair).collect();
 
-        // C is renewed to 200 only; the others to 1,000.
-        let begin = |item, kind, expires| BeginCall {
-            item,
-            action: if kind == CallKind::Write { "upsert" } else { "lookup" },
-            kind,
-            now_ms: 100,
-            lease_expires_at_ms: expires,
-        };
-        let mut calls = vec![
-            begin(ia, CallKind::Write, 1_000),
-            begin(ib, CallKind::Read, 1_000),
-            begin(ic, CallKind::Write, 200),
-        ];
-        calls.extend(pair_items.iter().map(|i| begin(i, CallKind::Write, 1_000)));
-        let started = store.begin_calls(&calls).await.unwrap();
-        assert!(started.iter().all(Option::is_some), "{started:?}");
-        assert_eq!(started[0].unwrap().lease_expires_at_ms, 1_000);
-        assert!(store.outbox_for(a).await.unwrap()[0].in_doubt, "a write puts its item in doubt");
-        assert!(!store.outbox_for(b).await.unwrap()[0].in_doubt, "a read does not");
+        // Every lease but C's is renewed to 1,000.
+        let renew = |item| Renewal { item, lease_expires_at_ms: 1_000 };
+        let mut renewals = vec![renew(ia), renew(ib)];
+        renewals.extend(pair_items.iter().map(|i| renew(i)));
+        let renewed = store.renew_leases(&renewals).await.unwrap();
+        assert!(renewed.iter().all(|held| *held), "{renewed:?}");
 
-        // C's lease ends; w2 takes C over. w1's next begin for C is refused, A's is not.
+        // C's lease ends; w2 takes C over. w1's renewal of C is refused, A's is not.
         let taken = store.lease("w2", 300, 2_000, 10).await.unwrap();
         assert_eq!(events_of(&taken), [c]);
-        let again = store
-            .begin_calls(&[begin(ia, CallKind::Read, 1_000), begin(ic, CallKind::Write, 1_000)])
-            .await
-            .unwrap();
-        assert!(again[0].is_some());
-        assert_eq!(again[1], None, "the lease on C was lost: no call begins");
+        assert!(taken[0].in_doubt, "w1 may have written C");
+        let again = store.renew_leases(&[renew(ia), renew(ic)]).await.unwrap();
+        assert_eq!(again, [true, false], "the lease on C was lost");
 
         let applied_a = Finish {
-            calls: vec![call_row(Some(started[0].unwrap().row), "upsert", "created", 100)],
+            calls: vec![call("upsert", "created", 100)],
             ..finish(state::DONE, Some("1"))
         };
         let retry_b = Finish {
             next_attempt_at_ms: 5_000,
-            calls: vec![call_row(None, "version_check", "decided", 100)],
+            calls: vec![call("lookup", "not_found", 100), call("upsert", "retryable", 110)],
             ..finish(state::PENDING, None)
         };
         let done = finish(state::DONE, None);
@@ -903,24 +880,29 @@ async fn batches_begin_and_finish_each_item_as_if_alone() {
         assert_eq!(store.event(a).await.unwrap().unwrap().state, "done");
         assert_eq!(applied(&store, "A").await.as_deref(), Some("1"));
         let story = store.attempts_for(a).await.unwrap();
-        assert_eq!(story.len(), 2, "{story:?}");
+        assert_eq!(story.len(), 1, "{story:?}");
         assert_eq!(story[0].outcome.as_deref(), Some("created"));
-        assert_eq!(story[0].finished_at_ms, Some(105));
+        assert_eq!((story[0].started_at_ms, story[0].finished_at_ms), (100, Some(105)));
         assert_eq!(story[0].excerpt.as_deref(), Some("{\"created\":true}"));
-        assert_eq!(story[1].outcome, None, "the begun read was never finished");
 
         let b_item = &store.outbox_for(b).await.unwrap()[0];
         assert_eq!((b_item.state.as_str(), b_item.next_attempt_at_ms), ("pending", 5_000));
         let b_story = store.attempts_for(b).await.unwrap();
         assert_eq!(
             b_story.iter().map(|s| s.action.as_deref()).collect::<Vec<_>>(),
-            [Some("lookup"), Some("version_check")],
-            "a call without a row is recorded at finish"
+            [Some("lookup"), Some("upsert")],
+            "every call of the attempt, in order"
         );
         assert_eq!(b_story[1].worker, ib.lease_owner);
 
         let c_item = &store.outbox_for(c).await.unwrap()[0];
         assert_eq!(c_item.state, "in_flight", "w1 changed nothing of C");
+        let c_story = store.attempts_for(c).await.unwrap();
+        assert_eq!(
+            c_story.iter().map(|s| s.outcome.as_deref()).collect::<Vec<_>>(),
+            [Some("abandoned")],
+            "only w2's takeover: w1 recorded nothing"
+        );
         assert!(store.lease("w3", 400, 3_000, 10).await.unwrap().iter().all(|i| i.event_id != c));
         assert_eq!(store.event(pair).await.unwrap().unwrap().state, "done");
 
@@ -936,46 +918,38 @@ async fn batches_begin_and_finish_each_item_as_if_alone() {
     .await;
 }
 
-/// Two items of one entity in one batch, one under a lease since taken over: each is fenced by
-/// its own lease, as alone.
+/// One item twice in one batch, under a lease since taken over and under the one that took it:
+/// each is fenced by its own lease, as alone.
 #[tokio::test]
-async fn a_batch_fences_two_items_of_one_entity_by_their_own_leases() {
+async fn a_batch_fences_two_leases_of_one_entity_by_their_own_owners() {
     on_both_backends(|store| async move {
         let v5 = item(&store, "v5", "E", Some("5"), 10).await;
         let stale = store.lease("w1", 100, 200, 10).await.unwrap().remove(0);
         assert_eq!(stale.event_id, v5);
-        // v3 arrives late; w1's lease ends with v5 not in doubt, so v3 is the head for w2.
-        let v3 = item(&store, "v3", "E", Some("3"), 11).await;
         let fresh = store.lease("w2", 300, 1_000, 10).await.unwrap().remove(0);
-        assert_eq!(fresh.event_id, v3);
+        assert_eq!((fresh.event_id, fresh.in_doubt), (v5, true));
 
-        let begin = |item| BeginCall {
-            item,
-            action: "upsert",
-            kind: CallKind::Write,
-            now_ms: 310,
-            lease_expires_at_ms: 1_000,
-        };
-        let started = store.begin_calls(&[begin(&stale), begin(&fresh)]).await.unwrap();
-        assert_eq!(started[0], None, "w1's lease is gone: its write must not begin");
-        assert!(started[1].is_some());
-        assert!(!store.outbox_for(v5).await.unwrap()[0].in_doubt);
+        let renew = |item| Renewal { item, lease_expires_at_ms: 1_500 };
+        let renewed = store.renew_leases(&[renew(&stale), renew(&fresh)]).await.unwrap();
+        assert_eq!(renewed, [false, true], "w1's lease is gone");
 
-        let done = finish(state::DONE, Some("5"));
-        let applied_v3 = finish(state::DONE, Some("3"));
+        let dead = Finish { in_doubt: true, ..finish(state::DEAD, None) };
+        let applied_v5 = finish(state::DONE, Some("5"));
         let finished = store
             .finish_batch(
                 &[
-                    FinishItem { item: &stale, finish: &done },
-                    FinishItem { item: &fresh, finish: &applied_v3 },
+                    FinishItem { item: &stale, finish: &dead },
+                    FinishItem { item: &fresh, finish: &applied_v5 },
                 ],
                 320,
             )
             .await
             .unwrap();
         assert_eq!(finished, [false, true]);
-        assert_eq!(store.outbox_for(v5).await.unwrap()[0].state, "in_flight");
-        assert_eq!(applied(&store, "E").await.as_deref(), Some("3"), "w1's outcome is refused");
+        assert_eq!(store.outbox_for(v5).await.unwrap()[0].state, "done");
+        let guard = store.entity_guard("p", "t", "E").await.unwrap();
+        assert_eq!(guard.applied.map(|a| a.sort_key).as_deref(), Some("5"));
+        assert_eq!(guard.doubted, None, "w1's outcome is refused");
     })
     .await;
 }
