@@ -302,29 +302,244 @@ impl MockCrm {
     /// Applies a batch in one transaction: each record as [`MockCrm::apply`] would, except
     /// that a record refused (a validation rule, an update of a missing record) is that
     /// record's outcome and the others go on.
+    ///
+    /// A batch of distinct records and idempotency keys (what the engine sends) costs a few
+    /// statements whatever its size, each reading or writing every record at once, like a
+    /// CRM's own bulk path; any other batch is applied record by record, in its order.
     async fn apply_batch(
         &self,
         requests: &[UpsertRequest],
     ) -> Result<Vec<Result<UpsertOutcome, ConnectorError>>, sqlx::Error> {
+        let mut outcomes: Vec<Option<Result<UpsertOutcome, ConnectorError>>> = requests
+            .iter()
+            .map(|request| self.record_faults(&request.external_id_value).err().map(Err))
+            .collect();
+        let accepted: Vec<&UpsertRequest> = requests
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| outcome.is_none())
+            .map(|(request, _)| request)
+            .collect();
         let mut connection = self.pool.acquire().await?;
         sqlx::query("BEGIN IMMEDIATE").execute(&mut *connection).await?;
-        let mut outcomes = Vec::with_capacity(requests.len());
-        for request in requests {
-            if let Err(refused) = self.record_faults(&request.external_id_value) {
-                outcomes.push(Err(refused));
-                continue;
-            }
-            // A missing record is found before anything of this request is written.
-            match self.apply_in_transaction(&mut connection, request).await {
-                Ok(outcome) => outcomes.push(Ok(outcome)),
-                Err(sqlx::Error::RowNotFound) => outcomes.push(Err(nothing_to_update(request))),
-                Err(error) => {
-                    sqlx::query("ROLLBACK").execute(&mut *connection).await?;
-                    return Err(error);
+        let applied = if distinct(&accepted) {
+            self.apply_distinct(&mut connection, &accepted).await
+        } else {
+            let mut applied = Vec::with_capacity(accepted.len());
+            for request in &accepted {
+                match self.apply_in_transaction(&mut connection, request).await {
+                    Ok(outcome) => applied.push(Ok(outcome)),
+                    Err(sqlx::Error::RowNotFound) => applied.push(Err(nothing_to_update(request))),
+                    Err(error) => {
+                        sqlx::query("ROLLBACK").execute(&mut *connection).await?;
+                        return Err(error);
+                    }
                 }
             }
-        }
+            Ok(applied)
+        };
+        let applied = match applied {
+            Ok(applied) => applied,
+            Err(error) => {
+                sqlx::query("ROLLBACK").execute(&mut *connection).await?;
+                return Err(error);
+            }
+        };
         sqlx::query("COMMIT").execute(&mut *connection).await?;
+        let mut applied = applied.into_iter();
+        Ok(outcomes
+            .iter_mut()
+            .map(|outcome| match outcome.take() {
+                Some(refused) => refused,
+                None => applied
+                    .next()
+                    .unwrap_or_else(|| Err(storage_failure(&sqlx::Error::RowNotFound))),
+            })
+            .collect())
+    }
+
+    /// [`MockCrm::apply_in_transaction`] for records that are distinct, and whose idempotency
+    /// keys are: every step is one statement over the whole batch, in the transaction held.
+    async fn apply_distinct(
+        &self,
+        connection: &mut sqlx::SqliteConnection,
+        requests: &[&UpsertRequest],
+    ) -> Result<Vec<Result<UpsertOutcome, ConnectorError>>, sqlx::Error> {
+        let now = now_ms();
+        let record_key = |r: &UpsertRequest| {
+            (r.object.clone(), r.external_id_field.clone(), r.external_id_value.clone())
+        };
+        let keys_json = serde_json::Value::Array(
+            requests
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "o": r.object, "f": r.external_id_field, "v": r.external_id_value,
+                        "k": r.idempotency_key,
+                    })
+                })
+                .collect(),
+        )
+        .to_string();
+        let mut replayed: std::collections::HashMap<String, String> =
+            std::collections::HashMap::new();
+        if self.settings.idempotency {
+            let rows = sqlx::query(
+                "SELECT i.idempotency_key, i.record_id FROM json_each(?1) AS j \
+                 JOIN idempotency_keys i ON i.idempotency_key = json_extract(j.value, '$.k')",
+            )
+            .bind(&keys_json)
+            .fetch_all(&mut *connection)
+            .await?;
+            for row in rows {
+                replayed.insert(row.try_get(0)?, row.try_get(1)?);
+            }
+        }
+        let mut existing: std::collections::HashMap<(String, String, String), (i64, String)> =
+            std::collections::HashMap::new();
+        for row in sqlx::query(
+            "SELECT r.object, r.external_id_field, r.external_id_value, r.id, r.fields \
+             FROM json_each(?1) AS j JOIN records r ON r.object = json_extract(j.value, '$.o') \
+               AND r.external_id_field = json_extract(j.value, '$.f') \
+               AND r.external_id_value = json_extract(j.value, '$.v')",
+        )
+        .bind(&keys_json)
+        .fetch_all(&mut *connection)
+        .await?
+        {
+            let key = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+            existing.insert(key, (row.try_get(3)?, row.try_get(4)?));
+        }
+
+        // What each request does, decided as `apply_in_transaction` would.
+        enum Step {
+            Replayed(String),
+            Update { id: i64, fields: String },
+            Create,
+            Missing,
+        }
+        let steps: Vec<Step> = requests
+            .iter()
+            .map(|r| {
+                if let Some(record_id) = replayed.get(&r.idempotency_key) {
+                    return Step::Replayed(record_id.clone());
+                }
+                match existing.get(&record_key(r)) {
+                    Some((id, fields)) => {
+                        let mut fields: BTreeMap<String, String> =
+                            serde_json::from_str(fields).unwrap_or_default();
+                        fields.extend(r.fields.clone());
+                        Step::Update { id: *id, fields: to_json(&fields) }
+                    }
+                    None if r.operation == Operation::UpdateOnly => Step::Missing,
+                    None => Step::Create,
+                }
+            })
+            .collect();
+
+        let creates: Vec<serde_json::Value> = requests
+            .iter()
+            .zip(&steps)
+            .filter(|(_, step)| matches!(step, Step::Create))
+            .map(|(r, _)| {
+                serde_json::json!({
+                    "o": r.object, "f": r.external_id_field, "v": r.external_id_value,
+                    "fields": to_json(&r.fields),
+                })
+            })
+            .collect();
+        let mut created: std::collections::HashMap<(String, String, String), i64> =
+            std::collections::HashMap::new();
+        if !creates.is_empty() {
+            for row in sqlx::query(
+                "INSERT INTO records (object, external_id_field, external_id_value, fields, updated_at_ms) \
+                 SELECT json_extract(value, '$.o'), json_extract(value, '$.f'), json_extract(value, '$.v'), \
+                   json_extract(value, '$.fields'), ?2 FROM json_each(?1) WHERE true \
+                 RETURNING object, external_id_field, external_id_value, id",
+            )
+            .bind(serde_json::Value::Array(creates).to_string())
+            .bind(now)
+            .fetch_all(&mut *connection)
+            .await?
+            {
+                created.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?), row.try_get(3)?);
+            }
+        }
+        let updates: Vec<serde_json::Value> = steps
+            .iter()
+            .filter_map(|step| match step {
+                Step::Update { id, fields } => {
+                    Some(serde_json::json!({ "id": id, "fields": fields }))
+                }
+                _ => None,
+            })
+            .collect();
+        if !updates.is_empty() {
+            sqlx::query(
+                "UPDATE records SET fields = json_extract(j.value, '$.fields'), updated_at_ms = ?2 \
+                 FROM json_each(?1) AS j WHERE records.id = json_extract(j.value, '$.id')",
+            )
+            .bind(serde_json::Value::Array(updates).to_string())
+            .bind(now)
+            .execute(&mut *connection)
+            .await?;
+        }
+
+        let mut outcomes = Vec::with_capacity(requests.len());
+        let mut effects = Vec::new();
+        for (r, step) in requests.iter().zip(&steps) {
+            let (id, was_created) = match step {
+                Step::Replayed(record_id) => {
+                    let answer = Answer::with_excerpt(Some(200), r#"{"replayed":true}"#);
+                    outcomes.push(Ok(UpsertOutcome {
+                        record_id: record_id.clone(),
+                        created: false,
+                        answer,
+                    }));
+                    continue;
+                }
+                Step::Missing => {
+                    outcomes.push(Err(nothing_to_update(r)));
+                    continue;
+                }
+                Step::Update { id, .. } => (*id, false),
+                Step::Create => match created.get(&record_key(r)) {
+                    Some(id) => (*id, true),
+                    None => return Err(sqlx::Error::RowNotFound),
+                },
+            };
+            let record_id = record_id(id);
+            effects.push(serde_json::json!({
+                "r": record_id, "o": r.object, "v": r.external_id_value, "k": r.idempotency_key,
+                "c": was_created, "fields": to_json(&r.fields),
+            }));
+            let status = if was_created { 201 } else { 200 };
+            let body = format!(r#"{{"id":"{record_id}","created":{was_created}}}"#);
+            let answer = Answer::with_excerpt(Some(status), &body);
+            outcomes.push(Ok(UpsertOutcome { record_id, created: was_created, answer }));
+        }
+        if !effects.is_empty() {
+            let effects = serde_json::Value::Array(effects).to_string();
+            sqlx::query(
+                "INSERT INTO effects (record_id, object, external_id_value, idempotency_key, created, fields, applied_at_ms) \
+                 SELECT json_extract(value, '$.r'), json_extract(value, '$.o'), json_extract(value, '$.v'), \
+                   json_extract(value, '$.k'), json_extract(value, '$.c'), json_extract(value, '$.fields'), ?2 \
+                 FROM json_each(?1) ORDER BY key",
+            )
+            .bind(&effects)
+            .bind(now)
+            .execute(&mut *connection)
+            .await?;
+            if self.settings.idempotency {
+                sqlx::query(
+                    "INSERT INTO idempotency_keys (idempotency_key, record_id) \
+                     SELECT json_extract(value, '$.k'), json_extract(value, '$.r') FROM json_each(?1)",
+                )
+                .bind(&effects)
+                .execute(&mut *connection)
+                .await?;
+            }
+        }
         Ok(outcomes)
     }
 
@@ -479,6 +694,16 @@ fn now_ms() -> i64 {
     let since =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// No record and no idempotency key twice: what [`MockCrm::apply_distinct`] takes.
+fn distinct(requests: &[&UpsertRequest]) -> bool {
+    let mut records = std::collections::HashSet::new();
+    let mut keys = std::collections::HashSet::new();
+    requests.iter().all(|r| {
+        records.insert((&r.object, &r.external_id_field, &r.external_id_value))
+            && keys.insert(&r.idempotency_key)
+    })
 }
 
 fn nothing_to_update(request: &UpsertRequest) -> ConnectorError {

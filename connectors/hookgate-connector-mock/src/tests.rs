@@ -160,3 +160,82 @@ async fn a_batch_refuses_records_one_by_one_and_fails_whole_for_a_call_fault() {
     assert_eq!(crm.effects().await.unwrap().len(), 2);
     crm.close().await;
 }
+
+/// What a mock holds after some writes: its records and its effect log, without the times.
+async fn state_of(crm: &MockCrm) -> (Vec<(String, String, BTreeMap<String, String>)>, Vec<String>) {
+    let records = crm
+        .records(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.record_id, r.external_id_value, r.fields))
+        .collect();
+    let effects = crm
+        .effects()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            format!(
+                "{} {} {} {} {:?}",
+                e.record_id, e.external_id_value, e.idempotency_key, e.created, e.fields
+            )
+        })
+        .collect();
+    (records, effects)
+}
+
+/// A batch (its bulk statements when its records and keys are distinct, record by record when
+/// not) leaves the CRM as the same writes one call each would, and answers each alike.
+#[tokio::test]
+async fn a_batch_applies_each_record_as_a_single_call_would() {
+    let updated = |id: &str, key: &str, name: &str| UpsertRequest {
+        fields: BTreeMap::from([("title".to_owned(), name.to_owned())]),
+        ..request(id, key, name)
+    };
+    let update_only = |id: &str, key: &str| UpsertRequest {
+        operation: Operation::UpdateOnly,
+        ..request(id, key, "U")
+    };
+    let batches: Vec<Vec<UpsertRequest>> = vec![
+        vec![request("ada", "k1", "Ada"), request("bob", "k2", "Bob")],
+        // An update merging fields, a create, a replayed key, an update of nothing.
+        vec![
+            updated("ada", "k3", "Dr"),
+            request("cy", "k4", "Cy"),
+            request("bob", "k2", "Bob again"),
+            update_only("nobody", "k5"),
+            update_only("cy", "k6"),
+        ],
+        // One record twice: the record-by-record path.
+        vec![
+            request("dee", "k7", "Dee"),
+            updated("dee", "k8", "Ms"),
+            request("ada", "k9", "Ada L."),
+        ],
+    ];
+    for idempotency in [true, false] {
+        let (one_dir, batch_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let one = mock(&one_dir, idempotency, Faults::default()).await;
+        let batched = mock(&batch_dir, idempotency, Faults::default()).await;
+        for batch in &batches {
+            let mut alone = Vec::new();
+            for request in batch {
+                alone.push(one.upsert(request).await);
+            }
+            let together = batched.upsert_batch(batch).await;
+            let describe = |outcomes: &[Result<UpsertOutcome, ConnectorError>]| -> Vec<String> {
+                outcomes
+                    .iter()
+                    .map(|o| match o {
+                        Ok(w) => format!("{} {} {:?}", w.record_id, w.created, w.answer.excerpt),
+                        Err(e) => format!("{} {e}", e.class()),
+                    })
+                    .collect()
+            };
+            assert_eq!(describe(&together), describe(&alone), "idempotency {idempotency}");
+        }
+        assert_eq!(state_of(&batched).await, state_of(&one).await, "idempotency {idempotency}");
+        assert!(!state_of(&one).await.1.is_empty());
+    }
+}

@@ -398,16 +398,19 @@ impl Store {
             {
                 held.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
             }
-            for row in sqlx::query(&claim)
-                .bind(now_ms)
-                .bind(owner)
-                .bind(lease_expires_at_ms)
-                .bind(&entities)
-                .persistent(false)
-                .fetch_all(&mut *tx)
-                .await?
-            {
-                held.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+            // Entities just created are held already; the others may be free to claim.
+            if held.len() < candidates.len() {
+                for row in sqlx::query(&claim)
+                    .bind(now_ms)
+                    .bind(owner)
+                    .bind(lease_expires_at_ms)
+                    .bind(&entities)
+                    .persistent(false)
+                    .fetch_all(&mut *tx)
+                    .await?
+                {
+                    held.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+                }
             }
             if held.is_empty() {
                 return Ok(Vec::new());
