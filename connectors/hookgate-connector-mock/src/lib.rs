@@ -25,7 +25,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{ConnectOptions, Row};
 
 /// Instance settings of `kind: mock`.
@@ -197,6 +199,10 @@ impl MockCrm {
         let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", settings.path))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
+            // A stand-in CRM must keep what it applied when a process sharing it is killed,
+            // which WAL does at NORMAL (the commit is in the log, in the OS's hands), not through
+            // a power loss: no sync at every commit.
+            .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(30))
             .disable_statement_logging();
         let pool = SqlitePoolOptions::new().max_connections(2).connect_with(options).await?;

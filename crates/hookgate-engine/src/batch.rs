@@ -147,7 +147,7 @@ impl StoreBatches {
         let for_finish = store.clone();
         let finish = Batcher::start(
             batch_max,
-            1,
+            2,
             capacity,
             move |finishes: Vec<(LeasedItem, Finish)>| {
                 let store = for_finish.clone();

@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{Value, json};
+use serde::Serialize;
 use sqlx::Row;
 
 use crate::delivery::{EVENT_STATES, LockEvents};
@@ -36,30 +36,98 @@ pub(crate) fn json_rows(postgres: bool, param: usize, columns: &[(&str, &str)]) 
     }
 }
 
-/// The JSON array of [`json_rows`].
-fn rows_json(rows: impl Iterator<Item = Value>) -> String {
-    Value::Array(rows.collect()).to_string()
+/// The JSON array of [`json_rows`]: one object per row, its fields named as the columns.
+/// Rows are structs of borrowed fields, written straight to the text (no `Value` tree).
+fn rows_json<T: Serialize>(rows: impl Iterator<Item = T>) -> String {
+    serde_json::to_string(&rows.collect::<Vec<T>>())
+        .expect("rows of strings and integers serialise")
+}
+
+#[derive(Serialize)]
+struct IdRow {
+    v_id: i64,
+}
+
+#[derive(Serialize)]
+struct EntityRow<'a> {
+    v_pipeline: &'a str,
+    v_target: &'a str,
+    v_entity: &'a str,
+}
+
+#[derive(Serialize)]
+struct RenewRow<'a> {
+    v_pipeline: &'a str,
+    v_target: &'a str,
+    v_entity: &'a str,
+    v_owner: &'a str,
+    v_expires: i64,
+}
+
+#[derive(Serialize)]
+struct ReleaseRow<'a> {
+    v_pipeline: &'a str,
+    v_target: &'a str,
+    v_entity: &'a str,
+    v_owner: &'a str,
+    v_applied: Option<&'a str>,
+    v_applied_text: Option<&'a str>,
+    v_doubted: Option<&'a str>,
+    v_doubted_text: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct MoveRow<'a> {
+    v_id: i64,
+    v_owner: &'a str,
+    v_state: &'a str,
+    v_next: i64,
+    v_doubt: i64,
+    v_record: Option<&'a str>,
+    v_error: Option<&'a str>,
+    v_finished: Option<i64>,
+}
+
+#[derive(Serialize)]
+struct CallRow<'a> {
+    v_id: i64,
+    v_event: i64,
+    v_attempt: i64,
+    v_owner: &'a str,
+    v_started: i64,
+    v_finished: i64,
+    v_action: &'a str,
+    v_outcome: &'a str,
+    v_status: Option<i64>,
+    v_excerpt: Option<&'a str>,
+    v_error: Option<&'a str>,
+    v_record: Option<&'a str>,
+    v_meta: Option<&'a str>,
+    v_sealed: Option<&'a str>,
 }
 
 /// The rows of a list of ids, as [`json_rows`] with one `v_id bigint` column.
 pub(crate) fn ids_json(ids: &[i64]) -> String {
-    rows_json(ids.iter().map(|id| json!({ "v_id": id })))
+    rows_json(ids.iter().map(|&v_id| IdRow { v_id }))
 }
 
 /// The rows of entity keys, as [`json_rows`] with `v_pipeline`, `v_target`, `v_entity`.
 pub(crate) fn entities_json(entities: &[(String, String, String)]) -> String {
-    rows_json(entities.iter().map(|(pipeline, target, entity)| {
-        json!({ "v_pipeline": pipeline, "v_target": target, "v_entity": entity })
+    rows_json(entities.iter().map(|(pipeline, target, entity)| EntityRow {
+        v_pipeline: pipeline,
+        v_target: target,
+        v_entity: entity,
     }))
 }
 
 /// The rows of [`Store::renew_leases`]: entity keys, lease owners and new ends.
 pub(crate) fn renewals_json(renewals: &[Renewal<'_>]) -> String {
-    rows_json(renewals.iter().map(|Renewal { item, lease_expires_at_ms }| {
-        json!({
-            "v_pipeline": item.pipeline, "v_target": item.target, "v_entity": item.entity,
-            "v_owner": item.lease_owner, "v_expires": lease_expires_at_ms,
-        })
+    rows_json(renewals.iter().map(|Renewal { item, lease_expires_at_ms }| RenewRow {
+        v_pipeline: &item.pipeline,
+        v_target: &item.target,
+        v_entity: &item.entity,
+        v_owner: &item.lease_owner,
+        v_expires: *lease_expires_at_ms,
     }))
 }
 
@@ -71,15 +139,15 @@ pub struct FinishItem<'a> {
 }
 
 /// The version guard's new values for one entity, as [`Store::finish`] computes them.
-fn guard_values(item: &LeasedItem, finish: &Finish) -> [Option<String>; 4] {
+fn guard_values<'a>(item: &'a LeasedItem, finish: &'a Finish) -> [Option<&'a str>; 4] {
     let (applied, applied_text) = match &finish.applied {
-        Some(v) => (Some(v.sort_key.clone()), Some(v.text.clone())),
+        Some(v) => (Some(v.sort_key.as_str()), Some(v.text.as_str())),
         None => (None, None),
     };
     // A write dead-lettered in doubt may be in the CRM: it raises the doubted version.
     let (doubted, doubted_text) = match (finish.state, finish.in_doubt, &item.version) {
         ("dead", true, Some(version)) => {
-            (Some(version.clone()), Some(item.version_text.clone().unwrap_or(version.clone())))
+            (Some(version.as_str()), Some(item.version_text.as_deref().unwrap_or(version)))
         }
         _ => (None, None),
     };
@@ -184,12 +252,17 @@ impl Store {
             json_rows(postgres, 1, &columns)
         );
         let release_rows = rows_json(items.iter().map(|FinishItem { item, finish }| {
-            let [applied, applied_text, doubted, doubted_text] = guard_values(item, finish);
-            json!({
-                "v_pipeline": item.pipeline, "v_target": item.target, "v_entity": item.entity,
-                "v_owner": item.lease_owner, "v_applied": applied, "v_applied_text": applied_text,
-                "v_doubted": doubted, "v_doubted_text": doubted_text,
-            })
+            let [v_applied, v_applied_text, v_doubted, v_doubted_text] = guard_values(item, finish);
+            ReleaseRow {
+                v_pipeline: &item.pipeline,
+                v_target: &item.target,
+                v_entity: &item.entity,
+                v_owner: &item.lease_owner,
+                v_applied,
+                v_applied_text,
+                v_doubted,
+                v_doubted_text,
+            }
         }));
         let move_items = format!(
             "{} UPDATE outbox SET state = v_state, next_attempt_at_ms = v_next, in_doubt = v_doubt, \
@@ -261,11 +334,16 @@ impl Store {
             let move_rows = rows_json(mine.iter().map(|FinishItem { item, finish }| {
                 let finished_at =
                     matches!(finish.state, "done" | "dead" | "skipped_stale").then_some(now_ms);
-                json!({
-                    "v_id": item.id, "v_owner": item.lease_owner, "v_state": finish.state,
-                    "v_next": finish.next_attempt_at_ms, "v_doubt": i64::from(finish.in_doubt),
-                    "v_record": finish.record_id, "v_error": finish.error, "v_finished": finished_at,
-                })
+                MoveRow {
+                    v_id: item.id,
+                    v_owner: &item.lease_owner,
+                    v_state: finish.state,
+                    v_next: finish.next_attempt_at_ms,
+                    v_doubt: i64::from(finish.in_doubt),
+                    v_record: finish.record_id.as_deref(),
+                    v_error: finish.error.as_deref(),
+                    v_finished: finished_at,
+                }
             }));
             let mut moved: HashSet<i64> = HashSet::new();
             for row in sqlx::query(&move_items).bind(&move_rows).fetch_all(&mut *tx).await? {
@@ -281,16 +359,21 @@ impl Store {
             let calls = rows_json(
                 mine.iter()
                     .flat_map(|i| i.finish.calls.iter().map(move |call| (i.item, call)))
-                    .map(|(item, call)| {
-                        json!({
-                            "v_id": item.id, "v_event": item.event_id,
-                            "v_attempt": item.attempts, "v_owner": item.lease_owner,
-                            "v_started": call.started_at_ms, "v_finished": call.finished_at_ms,
-                            "v_action": call.action, "v_outcome": call.outcome,
-                            "v_status": call.status, "v_excerpt": call.excerpt,
-                            "v_error": call.error, "v_record": call.record_id,
-                            "v_meta": call.meta, "v_sealed": call.sealed_with,
-                        })
+                    .map(|(item, call)| CallRow {
+                        v_id: item.id,
+                        v_event: item.event_id,
+                        v_attempt: item.attempts,
+                        v_owner: &item.lease_owner,
+                        v_started: call.started_at_ms,
+                        v_finished: call.finished_at_ms,
+                        v_action: call.action,
+                        v_outcome: &call.outcome,
+                        v_status: call.status,
+                        v_excerpt: call.excerpt.as_deref(),
+                        v_error: call.error.as_deref(),
+                        v_record: call.record_id.as_deref(),
+                        v_meta: call.meta.as_deref(),
+                        v_sealed: call.sealed_with.as_deref(),
                     }),
             );
             if calls != "[]" {

@@ -93,6 +93,19 @@ pub struct LeasedItem {
     pub guard: EntityGuard,
 }
 
+/// Where a lease looks for candidates (see [`Store::lease_from`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walks {
+    /// Due pending items, in both lanes, and items left in flight by a worker whose lease
+    /// ended.
+    DueAndAbandoned,
+    /// Due pending items only. The walk of items in flight reads every item in flight, every
+    /// worker's (and every one that passed through, until vacuum removes them from the
+    /// index), to find the few whose lease ended; a worker takes it now and then, not at
+    /// every lease.
+    Due,
+}
+
 /// A lease to renew, for [`Store::renew_leases`].
 #[derive(Debug, Clone, Copy)]
 pub struct Renewal<'a> {
@@ -277,6 +290,18 @@ impl Store {
         lease_expires_at_ms: i64,
         limit: i64,
     ) -> Result<Vec<LeasedItem>> {
+        self.lease_from(Walks::DueAndAbandoned, owner, now_ms, lease_expires_at_ms, limit).await
+    }
+
+    /// [`Store::lease`], from the candidates `walks` finds.
+    pub async fn lease_from(
+        &self,
+        walks: Walks,
+        owner: &str,
+        now_ms: i64,
+        lease_expires_at_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<LeasedItem>> {
         // Two index walks rather than one `OR`: items left in flight by a dead worker (few),
         // then pending items in due order, stopping at the limit. With the `OR`, both
         // databases evaluated the head rule for the whole backlog before sorting it.
@@ -293,10 +318,13 @@ impl Store {
                    AND {free} AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}"
             )
         };
-        let candidates_sql = format!(
+        let abandoned_walk = format!(
             "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST({WALK_ABANDONED} AS BIGINT) AS walk FROM outbox o \
-               WHERE o.state = 'in_flight' AND {free} AND {HEAD} LIMIT $2) AS abandoned \
-             UNION ALL {} UNION ALL {}",
+               WHERE o.state = 'in_flight' AND {free} AND {HEAD} LIMIT $2) AS abandoned UNION ALL "
+        );
+        let candidates_sql = format!(
+            "{}{} UNION ALL {}",
+            if walks == Walks::DueAndAbandoned { abandoned_walk.as_str() } else { "" },
             due(LANE_FRESH),
             due(LANE_REPLAY)
         );

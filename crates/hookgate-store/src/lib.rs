@@ -145,7 +145,7 @@ mod payloads;
 pub use batch::FinishItem;
 pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, EntityGuard, Finish, LANE_FRESH, LANE_PARKED,
-    LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, state,
+    LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, Walks, state,
 };
 pub use operate::{DeadLetter, Pause, PauseKind, ReplayFilter, TargetBacklog};
 pub use payloads::{PURGE_BATCH, PayloadTable, Purged, StoredAnswer, StoredPayload};
