@@ -785,8 +785,8 @@ async fn drain_once(
                replace(headers, '\"template\"', '\"seed-' || g || '\"'), body, \
                'accepted', 1, last_delivery_at_ms, sealed_with \
              FROM events, generate_series(1, {total}) AS g WHERE event_key = 'template'; \
-             INSERT INTO outbox (event_id, pipeline, target, target_index, entity, state, next_attempt_at_ms, created_at_ms) \
-             SELECT id, pipeline, 't', 0, event_key, 'pending', received_at_ms, received_at_ms \
+             INSERT INTO outbox (event_id, pipeline, target, target_index, entity, state, next_attempt_at_ms, created_at_ms, siblings) \
+             SELECT id, pipeline, 't', 0, event_key, 'pending', received_at_ms, received_at_ms, 1 \
              FROM events WHERE event_key LIKE 'seed-%'; \
              ANALYZE;"
         ),

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 use sqlx::Row;
 
-use crate::delivery::{EVENT_STATES, LockEvents};
+use crate::delivery::{EVENT_STATES, LockEvents, alone_event_state, alone_in_its_event};
 use crate::{Finish, LeasedItem, Renewal, Result, Store};
 
 /// `WITH v AS (...)`: a row source of the named columns (name, PostgreSQL type) read from the
@@ -46,6 +46,12 @@ fn rows_json<T: Serialize>(rows: impl Iterator<Item = T>) -> String {
 #[derive(Serialize)]
 struct IdRow {
     v_id: i64,
+}
+
+#[derive(Serialize)]
+struct EventStateRow {
+    v_id: i64,
+    v_state: &'static str,
 }
 
 #[derive(Serialize)]
@@ -308,6 +314,10 @@ impl Store {
                v_sealed, v_event, v_attempt, v_owner, v_started FROM v",
             json_rows(postgres, 1, &call_columns)
         );
+        let alone_states = format!(
+            "{} UPDATE events SET state = v_state FROM v WHERE id = v_id AND state <> v_state",
+            json_rows(postgres, 1, &[("v_id", "bigint"), ("v_state", "text")])
+        );
         let event_states = format!(
             "{} {EVENT_STATES} (SELECT v_id FROM v)",
             json_rows(postgres, 1, &[("v_id", "bigint")])
@@ -326,10 +336,18 @@ impl Store {
                 .copied()
                 .filter(|i| released.contains(&entity_key(i.item)))
                 .collect();
-            let mut events: Vec<i64> = mine.iter().map(|i| i.item.event_id).collect();
+            // Events of several items are locked (in id order) and their state read from their
+            // items; an event of one item has the state its item's outcome gives it.
+            let mut events: Vec<i64> = mine
+                .iter()
+                .filter(|i| !alone_in_its_event(i.item))
+                .map(|i| i.item.event_id)
+                .collect();
             events.sort_unstable();
             events.dedup();
-            tx.lock_events(&events).await?;
+            if !events.is_empty() {
+                tx.lock_events(&events).await?;
+            }
 
             let move_rows = rows_json(mine.iter().map(|FinishItem { item, finish }| {
                 let finished_at =
@@ -379,7 +397,18 @@ impl Store {
             if calls != "[]" {
                 sqlx::query(&insert_calls).bind(&calls).execute(&mut *tx).await?;
             }
-            sqlx::query(&event_states).bind(ids_json(&events)).execute(&mut *tx).await?;
+            if !events.is_empty() {
+                sqlx::query(&event_states).bind(ids_json(&events)).execute(&mut *tx).await?;
+            }
+            let alone = rows_json(mine.iter().filter(|i| alone_in_its_event(i.item)).map(
+                |FinishItem { item, finish }| EventStateRow {
+                    v_id: item.event_id,
+                    v_state: alone_event_state(finish.state),
+                },
+            ));
+            if alone != "[]" {
+                sqlx::query(&alone_states).bind(&alone).execute(&mut *tx).await?;
+            }
             tx.commit().await?;
             Ok(Some(items.iter().map(|i| moved.contains(&i.item.id)).collect()))
         })

@@ -91,6 +91,8 @@ pub struct LeasedItem {
     /// The entity's version guard, read under the lease: only the lease holder changes it,
     /// so it holds for the whole attempt. Read only for items with a version.
     pub guard: EntityGuard,
+    /// How many items its event has (`None`: not recorded, an item older than that).
+    pub siblings: Option<i64>,
 }
 
 /// Where a lease looks for candidates (see [`Store::lease_from`]).
@@ -199,13 +201,29 @@ const HEAD: &str = "NOT EXISTS (SELECT 1 FROM outbox b \
 const DUE: &str = "(o.state = 'in_flight' OR (o.state = 'pending' AND o.next_attempt_at_ms <= $1))";
 
 const ITEM_COLUMNS: &str = "id, event_id, pipeline, target, target_index, entity, version, version_text, \
-    attempts, in_doubt, lease_owner, lease_expires_at_ms";
+    attempts, in_doubt, lease_owner, lease_expires_at_ms, siblings";
 
 /// Recomputes an event's state from its items: pending work, a dead letter, or done.
 const EVENT_STATE: &str = "UPDATE events SET state = CASE \
     WHEN EXISTS (SELECT 1 FROM outbox WHERE event_id = $1 AND state IN ('pending', 'in_flight')) THEN 'accepted' \
     WHEN EXISTS (SELECT 1 FROM outbox WHERE event_id = $1 AND state = 'dead') THEN 'dead' \
     ELSE 'done' END WHERE id = $1";
+
+/// The state of an event whose only item is now in `item_state`: what [`EVENT_STATE`] would
+/// compute, known without reading the event's items or locking it (no other item of it can
+/// finish at the same time).
+pub(crate) fn alone_event_state(item_state: &str) -> &'static str {
+    match item_state {
+        state::PENDING | state::IN_FLIGHT => "accepted",
+        state::DEAD => "dead",
+        _ => "done",
+    }
+}
+
+/// Whether `item` is the only item of its event.
+pub(crate) fn alone_in_its_event(item: &LeasedItem) -> bool {
+    item.siblings == Some(1)
+}
 
 /// [`EVENT_STATE`] for many events: followed by the parenthesised list of their ids.
 pub(crate) const EVENT_STATES: &str = "UPDATE events SET state = CASE \
@@ -619,7 +637,10 @@ impl Store {
             if released == 0 {
                 return Ok(false);
             }
-            lock_event(&mut tx, item.event_id).await?;
+            let alone = alone_in_its_event(item);
+            if !alone {
+                lock_event(&mut tx, item.event_id).await?;
+            }
             let finished_at = matches!(finish.state, "done" | "dead" | "skipped_stale").then_some(now_ms);
             let moved = sqlx::query(
                 "UPDATE outbox SET state = $3, next_attempt_at_ms = $4, in_doubt = $5, record_id = COALESCE($6, record_id), \
@@ -663,7 +684,15 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             }
-            sqlx::query(EVENT_STATE).bind(item.event_id).execute(&mut *tx).await?;
+            if alone {
+                sqlx::query("UPDATE events SET state = $2 WHERE id = $1 AND state <> $2")
+                    .bind(item.event_id)
+                    .bind(alone_event_state(finish.state))
+                    .execute(&mut *tx)
+                    .await?;
+            } else {
+                sqlx::query(EVENT_STATE).bind(item.event_id).execute(&mut *tx).await?;
+            }
             tx.commit().await?;
             Ok(true)
         })
@@ -952,5 +981,6 @@ where
         lease_owner: row.try_get("lease_owner")?,
         lease_expires_at_ms: row.try_get("lease_expires_at_ms")?,
         guard: EntityGuard::default(),
+        siblings: row.try_get("siblings")?,
     })
 }

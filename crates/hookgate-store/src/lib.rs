@@ -182,7 +182,7 @@ pub struct NewOutboxItem {
     pub version_text: Option<String>,
 }
 
-/// Rows of the outbox or evidence insert of a batch in one statement at most (10 values a row).
+/// Rows of the outbox or evidence insert of a batch in one statement at most (11 values a row).
 const ROWS_PER_STATEMENT_MAX: usize = 1000;
 
 /// What the inbox made of a delivery.
@@ -581,7 +581,7 @@ impl Store {
             for items in items.chunks(ROWS_PER_STATEMENT_MAX) {
                 let mut outbox = sqlx::QueryBuilder::new(
                     "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, \
-                     next_attempt_at_ms, created_at_ms, version_text) ",
+                     next_attempt_at_ms, created_at_ms, version_text, siblings) ",
                 );
                 outbox.push_values(items, |mut row, (event_id, d, item)| {
                     row.push_bind(*event_id)
@@ -593,7 +593,8 @@ impl Store {
                         .push_bind(state::PENDING)
                         .push_bind(d.received_at_ms)
                         .push_bind(d.received_at_ms)
-                        .push_bind(item.version_text.as_deref());
+                        .push_bind(item.version_text.as_deref())
+                        .push_bind(i64::try_from(d.outbox.len()).unwrap_or(i64::MAX));
                 });
                 outbox.build().execute(&mut *tx).await?;
             }

@@ -6,6 +6,17 @@
 --    taken with; the entity row holds the lease and its renewals.
 ALTER TABLE outbox ADD COLUMN leased_at_ms BIGINT;
 
+-- How many items the item's event has, set at intake (NULL for items made before): an item
+-- alone in its event finishes with the event's state known, without locking the event or
+-- reading its other items.
+ALTER TABLE outbox ADD COLUMN siblings BIGINT;
+
 -- Leases are found by entity key (the lease statements carry the keys they claimed), so no
 -- index reads `lease_owner`.
 DROP INDEX entities_lease_owner;
+
+-- An event's state changes once or twice in its life (accepted, then done or dead), and it is
+-- read by pipeline and age (retention, listings), never ranged over by state: the index leads
+-- with what is read, and a state update touches no index.
+CREATE INDEX events_pipeline_received ON events (pipeline, received_at_ms);
+DROP INDEX events_pipeline_state;
