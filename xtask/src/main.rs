@@ -52,7 +52,7 @@ enum Command {
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
         /// Writes timed per drain run.
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 50_000)]
         drain_writes: usize,
         /// Pending writes besides the timed ones, one drain run each.
         #[arg(long, value_delimiter = ',', default_values_t = [0, 100_000, 1_000_000])]

@@ -15,7 +15,7 @@
 //! - this file: the routes and the body reader.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -93,11 +93,56 @@ struct AppState {
     config: Arc<ServerConfig>,
     /// Bytes of body all requests may hold at once; a permit per byte held.
     body_budget: Arc<Semaphore>,
+    /// When the backlog gauges may be read from the database again.
+    backlog_reads: Arc<ReadSpacing>,
+}
+
+/// Spaces out a reading whose cost grows with what it reads. The backlog gauges count every
+/// write still to do, which takes longer the larger the backlog (about 1.5 s of the database's
+/// time at a million pending writes), and `/metrics` is asked by every monitor and every poll:
+/// a reading that took `t` is not repeated for `READ_SPACING × t`, so it costs the database
+/// at most about 1% of its time whatever the backlog and however often it is asked, while a
+/// small backlog is still read afresh at every scrape. Between readings the gauges keep their
+/// last values.
+#[derive(Debug, Default)]
+struct ReadSpacing {
+    not_before: std::sync::Mutex<Option<Instant>>,
+}
+
+/// How many times a reading's own duration passes before it is repeated.
+const READ_SPACING: u32 = 100;
+
+/// A reading dropped before it ended holds the next one off this long at most.
+const READ_HELD_MAX: Duration = Duration::from_secs(10);
+
+impl ReadSpacing {
+    /// Whether a reading may start at `now`; if so, later callers wait for it to end.
+    fn start(&self, now: Instant) -> bool {
+        let mut not_before =
+            self.not_before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let due = not_before.is_none_or(|at| now >= at);
+        if due {
+            *not_before = Some(now + READ_HELD_MAX);
+        }
+        due
+    }
+
+    /// A reading begun at `started` ended at `now`.
+    fn end(&self, started: Instant, now: Instant) {
+        let mut not_before =
+            self.not_before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *not_before = Some(now + (now - started) * READ_SPACING);
+    }
 }
 
 pub fn router(gateway: Gateway, config: ServerConfig) -> Router {
     let body_budget = Arc::new(Semaphore::new(config.body_bytes_in_flight_max));
-    let state = AppState { gateway, config: Arc::new(config), body_budget };
+    let state = AppState {
+        gateway,
+        config: Arc::new(config),
+        body_budget,
+        backlog_reads: Arc::new(ReadSpacing::default()),
+    };
     Router::new()
         .route("/hooks/{pipeline}", post(intake))
         .route("/healthz", get(healthz))
@@ -306,8 +351,17 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
         return answer(StatusCode::NOT_FOUND, json!({"status": "metrics_disabled"}));
     };
     let store = state.gateway.store();
-    match store.backlog().await {
-        Ok(backlog) => {
+    let started = Instant::now();
+    let backlog = if state.backlog_reads.start(started) {
+        let backlog = store.backlog().await;
+        state.backlog_reads.end(started, Instant::now());
+        Some(backlog)
+    } else {
+        None
+    };
+    match backlog {
+        None => {}
+        Some(Ok(backlog)) => {
             metrics::gauge!("hookgate_writes_unfinished").set(backlog.unfinished as f64);
             metrics::gauge!("hookgate_writes_dead").set(backlog.dead as f64);
             // 0 when nothing waits: the age of the oldest write still to do.
@@ -316,7 +370,9 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
             metrics::gauge!("hookgate_oldest_unfinished_write_age_seconds")
                 .set(age_ms as f64 / 1000.0);
         }
-        Err(error) => tracing::warn!(error = %error, "cannot read the backlog for /metrics"),
+        Some(Err(error)) => {
+            tracing::warn!(error = %error, "cannot read the backlog for /metrics");
+        }
     }
     let pool = store.pool_usage();
     metrics::gauge!("hookgate_db_pool_connections", "state" => "in_use")
@@ -340,5 +396,31 @@ async fn readyz(State(state): State<AppState>) -> Response {
             tracing::warn!(error = %error, "readiness check failed");
             unavailable()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_reading_is_spaced_out_by_its_own_duration_and_a_fast_one_is_not() {
+        let reads = ReadSpacing::default();
+        let t0 = Instant::now();
+        assert!(reads.start(t0));
+        assert!(!reads.start(t0 + Duration::from_millis(1)), "one reading at a time");
+        // It took 300 ms: the next waits 30 s after it ended.
+        let end = t0 + Duration::from_millis(300);
+        reads.end(t0, end);
+        assert!(!reads.start(end + Duration::from_secs(29)));
+        assert!(reads.start(end + Duration::from_secs(30)));
+        // A 1 ms reading may be repeated 100 ms later.
+        let t1 = end + Duration::from_secs(31);
+        reads.end(t1, t1 + Duration::from_millis(1));
+        assert!(reads.start(t1 + Duration::from_millis(101)));
+        // A reading that never ends holds the next off for READ_HELD_MAX only.
+        let t2 = t1 + Duration::from_secs(1);
+        assert!(!reads.start(t2));
+        assert!(reads.start(t1 + Duration::from_millis(101) + READ_HELD_MAX));
     }
 }
