@@ -868,9 +868,9 @@ impl Store {
             let dead: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE state = 'dead'")
                 .fetch_one(pool)
                 .await?;
+            // An item is created with its event's receipt time: no join to `events`.
             let oldest_received_at_ms: Option<i64> = sqlx::query_scalar(
-                "SELECT MIN(e.received_at_ms) FROM outbox o JOIN events e ON e.id = o.event_id \
-                 WHERE o.state IN ('pending', 'in_flight')",
+                "SELECT MIN(created_at_ms) FROM outbox WHERE state IN ('pending', 'in_flight')",
             )
             .fetch_one(pool)
             .await?;
