@@ -69,15 +69,22 @@ impl Browser {
         self.client.as_ref().unwrap()
     }
 
+    /// The element's text, waiting (within 10 s) for it to appear: after a click, the page
+    /// that answers the form may still be loading, and WebDriver answers a lookup made while
+    /// the page navigates with an error ("aborted by navigation"), not with "no such element".
     async fn text(&self, css: &str) -> String {
-        // A form's answer may still be loading: wait for the element, within a bound.
-        let wait = self.page().wait().at_most(Duration::from_secs(10));
-        wait.for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .text()
-            .await
-            .unwrap()
+        let mut last_error = String::new();
+        for _ in 0..100 {
+            match self.page().find(Locator::Css(css)).await {
+                Ok(element) => match element.text().await {
+                    Ok(text) => return text,
+                    Err(e) => last_error = e.to_string(),
+                },
+                Err(e) => last_error = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{css}: not found within 10 s: {last_error}");
     }
 
     /// Waits (within 10 s) until the element's text contains `expected`: after a click, the
@@ -102,9 +109,12 @@ impl Browser {
     async fn wait_count(&self, css: &str, n: usize) {
         let mut seen = 0;
         for _ in 0..100 {
-            seen = self.count(css).await;
-            if seen == n {
-                return;
+            // A lookup during a navigation fails; the next one sees the new page.
+            if let Ok(elements) = self.page().find_all(Locator::Css(css)).await {
+                seen = elements.len();
+                if seen == n {
+                    return;
+                }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
