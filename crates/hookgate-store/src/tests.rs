@@ -276,6 +276,8 @@ async fn leasing_takes_one_item_per_entity_in_version_order() {
         let late = item(&store, "a2", "A", Some("2"), 14).await;
         let leased = store.lease("w3", 102, 1_000, 10).await.unwrap();
         let late_item = leased.iter().find(|i| i.event_id == late).unwrap();
+        let applied_with_lease = late_item.guard.applied.as_ref().map(|a| a.text.as_str());
+        assert_eq!(applied_with_lease, Some("v3"), "the lease reads its entity's guard");
         assert!(
             store.finish(late_item, &finish(state::SKIPPED_STALE, Some("2")), 102).await.unwrap()
         );
@@ -296,6 +298,9 @@ async fn an_expired_lease_passes_to_another_worker_and_fences_the_first() {
         assert_eq!(store.renew_leases(&[renew(&first, 300)]).await.unwrap(), [true]);
         assert!(store.lease("w2", 250, 400, 1).await.unwrap().is_empty(), "renewed until 300");
 
+        // A lease that walks only due pending items does not look at items in flight.
+        let due_only = store.lease_from(Walks::Due, "w2", 300, 500, 1).await.unwrap();
+        assert!(due_only.is_empty(), "the abandoned item is left to the walk that looks for it");
         let second = store.lease("w2", 300, 500, 1).await.unwrap().remove(0);
         assert_eq!(second.event_id, event);
         assert_eq!(second.attempts, 2);
