@@ -47,7 +47,7 @@ enum Command {
     /// Measure verification and intake speed and the server's memory, each against a baseline
     /// measured in the same run. Needs PostgreSQL on 127.0.0.1:5432.
     Bench {
-        #[arg(long, default_value_t = 3000)]
+        #[arg(long, default_value_t = 10_000)]
         deliveries: usize,
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
