@@ -8,7 +8,8 @@
 //!   against **pgbench running hookgate's own intake SQL** (the three statements a new event
 //!   costs: the inbox insert `ON CONFLICT DO NOTHING`, its outbox item, its delivery evidence,
 //!   bodies of the same size, prepared, one transaction per delivery) at the same client
-//!   count. At 32 clients also with group commit off (`--intake-batch-max 1`), the average
+//!   count. At 32 clients the two take turns three times and their medians are reported; also
+//!   with group commit off (`--intake-batch-max 1`), the average
 //!   batch (from `/metrics`); and open loop at
 //!   0.8× the measured peak, p99 against pgbench's at the same rate (`-R`), latency counted
 //!   from each request's scheduled time.
