@@ -385,22 +385,40 @@ impl Store {
              WHERE {DUE} AND {HEAD} AND NOT EXISTS (SELECT 1 FROM pauses p \
                WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)"
         );
-        // Evidence first, while the item still names the worker that left it.
-        let abandoned = format!(
-            "{} INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, \
-               action, outcome, error) \
-             SELECT id, event_id, attempts, COALESCE(lease_owner, ''), COALESCE(leased_at_ms, $1), $1, \
-               'lease', 'abandoned', $2 FROM outbox WHERE state = 'in_flight' AND id IN ({taken})",
-            rows(3)
-        );
-        let lease_sql = format!(
-            "{} UPDATE outbox SET state = 'in_flight', lease_owner = $2, lease_expires_at_ms = $3, \
+        // Evidence first, while the item still names the worker that left it. Every lease
+        // records it, whichever walk found the item: a due walk's snapshot may have seen
+        // pending an item that was in flight by the time the entity was claimed.
+        let evidence = |param: usize| {
+            format!(
+                "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, \
+                   action, outcome, error) \
+                 SELECT id, event_id, attempts, COALESCE(lease_owner, ''), COALESCE(leased_at_ms, $1), $1, \
+                   'lease', 'abandoned', ${param} FROM outbox WHERE state = 'in_flight' AND id IN (SELECT id FROM taken)"
+            )
+        };
+        let take = "UPDATE outbox SET state = 'in_flight', lease_owner = $2, lease_expires_at_ms = $3, \
                leased_at_ms = $1, attempts = attempts + 1, \
                in_doubt = CASE WHEN state = 'in_flight' THEN 1 ELSE in_doubt END \
-             WHERE id IN ({taken}) \
-             RETURNING {ITEM_COLUMNS}",
-            rows(4)
-        );
+             WHERE id IN (SELECT id FROM taken)";
+        // PostgreSQL: one statement, so that the evidence and the update read one set of
+        // taken items (a CTE named twice is evaluated once, and every part of the statement
+        // sees the rows as they were before it). SQLite: two statements of one writer's
+        // transaction, between which nothing else can change.
+        let (abandoned, lease_sql) = if postgres {
+            (
+                None,
+                format!(
+                    "{}, taken AS ({taken}), evidence AS ({}) {take} RETURNING {ITEM_COLUMNS}",
+                    rows(4),
+                    evidence(5)
+                ),
+            )
+        } else {
+            (
+                Some(format!("{}, taken AS ({taken}) {}", rows(3), evidence(2))),
+                format!("{}, taken AS ({taken}) {take} RETURNING {ITEM_COLUMNS}", rows(4)),
+            )
+        };
         let release = format!(
             "{} UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL FROM v \
              WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $1",
@@ -422,7 +440,6 @@ impl Store {
                 .fetch_all(pool)
                 .await?
         });
-        let any_abandoned = found.iter().any(|(.., walk)| *walk == WALK_ABANDONED);
         let mut candidates = take_in_turn(found, usize::try_from(limit).unwrap_or(0));
         on_both!(self, pool => {
             if candidates.is_empty() {
@@ -463,19 +480,23 @@ impl Store {
             }
             held.sort();
             let held_json = crate::batch::entities_json(&held);
-            if any_abandoned {
-                sqlx::query(&abandoned)
+            if let Some(abandoned) = &abandoned {
+                sqlx::query(abandoned)
                     .bind(now_ms)
                     .bind(ABANDONED)
                     .bind(&held_json)
                     .execute(&mut *tx)
                     .await?;
             }
-            let mut items = sqlx::query(&lease_sql)
+            let mut lease = sqlx::query(&lease_sql)
                 .bind(now_ms)
                 .bind(owner)
                 .bind(lease_expires_at_ms)
-                .bind(&held_json)
+                .bind(&held_json);
+            if abandoned.is_none() {
+                lease = lease.bind(ABANDONED);
+            }
+            let mut items = lease
                 .fetch_all(&mut *tx)
                 .await?
                 .iter()
