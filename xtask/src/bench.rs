@@ -408,12 +408,13 @@ fn pgbench(
              END;\n"
         ),
     )?;
-    let logs = dir.join(format!("pgbench-{clients}-{}", rate.map_or(0, |r| r as u64)));
-    std::fs::create_dir_all(&logs)?;
+    // A directory of this run's logs alone: every run writes files of its own process id, and
+    // a directory shared with an earlier run would count that run's transactions again.
+    let logs = tempfile::Builder::new().prefix("pgbench-").tempdir_in(dir)?;
     let mut command = Command::new("pgbench");
     command
         .args(["-n", "-M", "prepared", "--log", "--log-prefix"])
-        .arg(logs.join("tx"))
+        .arg(logs.path().join("tx"))
         .args(["-c", &clients.to_string(), "-j", &clients.min(2).to_string()])
         .args(["-T", &seconds.to_string(), "-f"])
         .arg(&script);
@@ -425,7 +426,7 @@ fn pgbench(
         bail!("pgbench failed: {}", String::from_utf8_lossy(&output.stderr));
     }
     let mut latencies = Vec::new();
-    for entry in std::fs::read_dir(&logs)? {
+    for entry in std::fs::read_dir(logs.path())? {
         for line in std::fs::read_to_string(entry?.path())?.lines() {
             // client transaction time_us script epoch epoch_us [schedule_lag_us]
             let fields: Vec<&str> = line.split_whitespace().collect();
@@ -433,6 +434,16 @@ fn pgbench(
             let lag: u64 = fields.get(6).and_then(|v| v.parse().ok()).unwrap_or(0);
             latencies.push(Duration::from_micros(time + lag));
         }
+    }
+    // The logs must hold what pgbench says it ran, no more and no fewer.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let processed = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("number of transactions actually processed: "))
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<usize>().ok())
+        .context("pgbench printed no count of transactions processed")?;
+    if processed != latencies.len() {
+        bail!("pgbench processed {processed} transactions but logged {}", latencies.len());
     }
     latencies.sort();
     let rate = latencies.len() as f64 / seconds as f64;
