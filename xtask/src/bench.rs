@@ -395,19 +395,39 @@ fn pgbench(
     let body: Vec<u8> = (0..BODY_BYTES).map(|i| b'a' + (i % 26) as u8).collect();
     let body_hex = Encoding::Hex.encode(&body);
     let script = dir.join("intake.sql");
-    // The statements `Store::record_intake` runs for a new event, with values of the same
-    // sizes; `k` is random over a range wide enough that keys do not repeat.
-    std::fs::write(
-        &script,
-        format!(
-            "\\set k random(1, 1000000000000)\n\
-             BEGIN;\n\
-             INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) VALUES ('pgbench', '', ('key-' || :client_id::text || '-' || :k::text), 'fingerprint-0123456789abcdef0123456789abcdef', NULL, 1, '{{}}', '\\x{body_hex}'::bytea, 'accepted', 1, 1, NULL) ON CONFLICT (pipeline, scope, event_key) DO NOTHING RETURNING id \\gset\n\
-             INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, next_attempt_at_ms, created_at_ms, version_text) VALUES (:id, 'pgbench', 't', 0, ('key-' || :client_id::text || '-' || :k::text), NULL, 'pending', 1, 1, NULL);\n\
-             INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, fingerprint, headers, body, sealed_with) SELECT 'pgbench', :id, 'accepted', 1, '', ('key-' || :client_id::text || '-' || :k::text), 'f', '{{}}', NULL, NULL WHERE 'accepted' = 'accepted' OR (SELECT COUNT(*) FROM deliveries WHERE event_id = :id AND outcome = 'accepted') < 3;\n\
-             END;\n"
-        ),
-    )?;
+    // The statement hookgate sends for the new events of a batch (`POSTGRES_INTAKE`), with a
+    // batch of one: one delivery per commit, one outbox item, values of the same sizes. `k` is
+    // random over a range wide enough that keys do not repeat.
+    let key = "('key-' || :client_id::text || '-' || :k::text)";
+    let values = [
+        "ARRAY['pgbench']".to_owned(),
+        "ARRAY['']".to_owned(),
+        format!("ARRAY[{key}]"),
+        "ARRAY['fingerprint-0123456789abcdef0123456789abcdef']".to_owned(),
+        "ARRAY[NULL::text]".to_owned(),
+        "ARRAY[1::int8]".to_owned(),
+        "ARRAY['{}']".to_owned(),
+        format!("ARRAY['\\x{body_hex}'::bytea]"),
+        "ARRAY['accepted']".to_owned(),
+        "ARRAY[NULL::text]".to_owned(),
+        "ARRAY[1::int8]".to_owned(),
+        "ARRAY['t']".to_owned(),
+        "ARRAY[0::int8]".to_owned(),
+        format!("ARRAY[{key}]"),
+        "ARRAY[NULL::text]".to_owned(),
+        "ARRAY[NULL::text]".to_owned(),
+        "ARRAY[1::int8]".to_owned(),
+        "'pending'".to_owned(),
+    ];
+    let mut statement = hookgate_store::POSTGRES_INTAKE.to_owned();
+    // From the highest number down, so that `$1` does not match the start of `$10`.
+    for (number, value) in values.iter().enumerate().rev() {
+        statement = statement.replace(&format!("${}", number + 1), value);
+    }
+    if statement.contains('$') {
+        bail!("the intake statement takes more parameters than the pgbench script fills in");
+    }
+    std::fs::write(&script, format!("\\set k random(1, 1000000000000)\n{statement};\n"))?;
     // A directory of this run's logs alone: every run writes files of its own process id, and
     // a directory shared with an earlier run would count that run's transactions again.
     let logs = tempfile::Builder::new().prefix("pgbench-").tempdir_in(dir)?;

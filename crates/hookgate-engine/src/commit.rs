@@ -16,11 +16,15 @@
 //! unavailable (503 with Retry-After), never acknowledged. A delivery waits at most `wait_max`
 //! for its commit; past it the sender gets 503. If its commit happens later anyway, the
 //! sender's retry is a duplicate, which is what at-least-once senders expect.
+//!
+//! **A held connection.** On PostgreSQL a committer keeps its pool connection while deliveries
+//! keep coming (see `hookgate_store::IntakeWriter`) and gives it back after `HOLD_IDLE` without
+//! one, so an idle gateway holds no connection and its pool can close.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use hookgate_store::{IntakeRecord, NewDelivery, NewOutboxItem, Store, StoreError};
+use hookgate_store::{IntakeRecord, IntakeWriter, NewDelivery, NewOutboxItem, Store, StoreError};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 /// Group commit's bounds.
@@ -98,6 +102,9 @@ impl Queued {
         }
     }
 }
+
+/// How long a committer keeps its connection with no delivery to commit.
+const HOLD_IDLE: Duration = Duration::from_secs(1);
 
 type Reply = oneshot::Sender<Result<IntakeRecord, StoreError>>;
 
@@ -177,11 +184,19 @@ async fn committer(
     receiver: Arc<Mutex<mpsc::Receiver<(Queued, Reply)>>>,
     batch_max: usize,
 ) {
+    let mut writer = store.intake_writer();
     loop {
         let mut batch = Vec::new();
         {
             let mut receiver = receiver.lock().await;
-            let Some(first) = receiver.recv().await else { return };
+            let first = match tokio::time::timeout(HOLD_IDLE, receiver.recv()).await {
+                Ok(first) => first,
+                Err(_) => {
+                    writer.release();
+                    receiver.recv().await
+                }
+            };
+            let Some(first) = first else { return };
             batch.push(first);
             // What queued while the last commit synced: no waiting for more.
             while batch.len() < batch_max {
@@ -197,7 +212,7 @@ async fn committer(
         if batch.is_empty() {
             continue;
         }
-        if let Err(why) = commit(&store, batch).await {
+        if let Err(why) = commit(&mut writer, batch).await {
             // The database is down: what queued meanwhile would wait for the same refusal,
             // one acquire timeout after another. Answer it now.
             let mut receiver = receiver.lock().await;
@@ -210,10 +225,10 @@ async fn committer(
 
 /// Commits a batch and answers each delivery; `Err` with the reason when the database was
 /// unavailable.
-async fn commit(store: &Store, batch: Vec<(Queued, Reply)>) -> Result<(), String> {
+async fn commit(writer: &mut IntakeWriter, batch: Vec<(Queued, Reply)>) -> Result<(), String> {
     metrics::histogram!("hookgate_intake_batch_size").record(batch.len() as f64);
     let news: Vec<NewDelivery<'_>> = batch.iter().map(|(queued, _)| queued.as_new()).collect();
-    match store.record_intake_batch(&news).await {
+    match writer.record_batch(&news).await {
         Ok(records) => {
             drop(news);
             for ((_, reply), record) in batch.into_iter().zip(records) {
@@ -245,7 +260,10 @@ async fn commit(store: &Store, batch: Vec<(Queued, Reply)>) -> Result<(), String
                     let _ = reply.send(Err(unavailable(why)));
                     continue;
                 }
-                let record = store.record_intake(&queued.as_new()).await;
+                let record = writer
+                    .record_batch(std::slice::from_ref(&queued.as_new()))
+                    .await
+                    .map(|mut records| records.pop().expect("one record per delivery"));
                 if let Err(error) = &record
                     && error.is_unavailable()
                 {

@@ -139,6 +139,7 @@ macro_rules! read_on_both {
 
 mod batch;
 mod delivery;
+mod intake;
 mod operate;
 mod payloads;
 
@@ -147,6 +148,7 @@ pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, EntityGuard, Finish, LANE_FRESH, LANE_PARKED,
     LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, Walks, state,
 };
+pub use intake::{IntakeWriter, POSTGRES_INTAKE};
 pub use operate::{DeadLetter, Pause, PauseKind, ReplayFilter, TargetBacklog};
 pub use payloads::{PURGE_BATCH, PayloadTable, Purged, StoredAnswer, StoredPayload};
 
@@ -181,9 +183,6 @@ pub struct NewOutboxItem {
     /// The version as the sender wrote it, for evidence.
     pub version_text: Option<String>,
 }
-
-/// Rows of the outbox or evidence insert of a batch in one statement at most (11 values a row).
-const ROWS_PER_STATEMENT_MAX: usize = 1000;
 
 /// What the inbox made of a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -487,199 +486,6 @@ impl Store {
             ),
         };
         Ok(migrator.iter().all(|m| applied.contains(&m.version)))
-    }
-
-    /// Records one verified delivery in one transaction: a new event with its outbox items,
-    /// or a duplicate counted on the original, or a conflict kept beside it.
-    pub async fn record_intake(&self, delivery: &NewDelivery<'_>) -> Result<IntakeRecord> {
-        let mut records = self.record_intake_batch(std::slice::from_ref(delivery)).await?;
-        Ok(records.pop().expect("one record per delivery"))
-    }
-
-    /// Rows in one multi-row statement at most: 12 values a row stays far below the bound
-    /// values SQLite (32,766) and PostgreSQL (65,535) allow.
-    pub const INTAKE_BATCH_MAX: usize = 1024;
-
-    /// Records several deliveries in one transaction, one commit (one WAL sync) for all: group
-    /// commit. Each gets its own record, as if recorded alone. New events take three
-    /// statements for the whole batch (events, outbox items, evidence); a repeated key is
-    /// rare, and handled on its own. Rows are written in key order, so two batches that share
-    /// keys lock them in one order and cannot deadlock.
-    pub async fn record_intake_batch(
-        &self,
-        deliveries: &[NewDelivery<'_>],
-    ) -> Result<Vec<IntakeRecord>> {
-        type Key<'k> = (&'k str, &'k str, &'k str);
-        let key_of = |d: &NewDelivery<'_>| -> (String, String, String) {
-            (d.pipeline.to_owned(), d.scope.to_owned(), d.key.to_owned())
-        };
-        if deliveries.len() > Self::INTAKE_BATCH_MAX {
-            let mut records = Vec::with_capacity(deliveries.len());
-            for chunk in deliveries.chunks(Self::INTAKE_BATCH_MAX) {
-                records.extend(Box::pin(self.record_intake_batch(chunk)).await?);
-            }
-            return Ok(records);
-        }
-        let mut order: Vec<usize> = (0..deliveries.len()).collect();
-        order.sort_by_key(|&i| (deliveries[i].pipeline, deliveries[i].scope, deliveries[i].key));
-        // The first delivery of each key may be a new event; the others repeat it.
-        let mut seen: std::collections::HashSet<Key<'_>> = std::collections::HashSet::new();
-        let firsts: Vec<usize> = order
-            .iter()
-            .copied()
-            .filter(|&i| {
-                seen.insert((deliveries[i].pipeline, deliveries[i].scope, deliveries[i].key))
-            })
-            .collect();
-        let mut records: Vec<Option<IntakeRecord>> = vec![None; deliveries.len()];
-        on_both!(self, pool => {
-            let mut tx = pool.begin().await?;
-            let mut insert = sqlx::QueryBuilder::new(
-                "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, \
-                 headers, body, state, delivery_count, last_delivery_at_ms, sealed_with) ",
-            );
-            insert.push_values(&firsts, |mut row, &i| {
-                let d = &deliveries[i];
-                let state = if d.outbox.is_empty() { EVENT_STATE_DONE } else { EVENT_STATE_ACCEPTED };
-                row.push_bind(d.pipeline)
-                    .push_bind(d.scope)
-                    .push_bind(d.key)
-                    .push_bind(d.fingerprint)
-                    .push_bind(d.event_type)
-                    .push_bind(d.received_at_ms)
-                    .push_bind(d.headers_json)
-                    .push_bind(d.body)
-                    .push_bind(state)
-                    .push_bind(1_i64)
-                    .push_bind(d.received_at_ms)
-                    .push_bind(d.sealed_with);
-            });
-            insert.push(
-                " ON CONFLICT (pipeline, scope, event_key) DO NOTHING \
-                 RETURNING id, pipeline, scope, event_key",
-            );
-            let mut created = std::collections::HashMap::new();
-            for row in insert.build().fetch_all(&mut *tx).await? {
-                let key: (String, String, String) =
-                    (row.try_get("pipeline")?, row.try_get("scope")?, row.try_get("event_key")?);
-                created.insert(key, row.try_get::<i64, _>("id")?);
-            }
-            let mut accepted = Vec::new();
-            for &i in &firsts {
-                if let Some(&event_id) = created.get(&key_of(&deliveries[i])) {
-                    records[i] = Some(IntakeRecord::Accepted { event_id });
-                    accepted.push((i, event_id));
-                }
-            }
-            let items: Vec<(i64, &NewDelivery<'_>, &NewOutboxItem)> = accepted
-                .iter()
-                .flat_map(|&(i, event_id)| {
-                    deliveries[i].outbox.iter().map(move |item| (event_id, &deliveries[i], item))
-                })
-                .collect();
-            // Chunks keep every statement well under SQLite's 32,766 bound values.
-            for items in items.chunks(ROWS_PER_STATEMENT_MAX) {
-                let mut outbox = sqlx::QueryBuilder::new(
-                    "INSERT INTO outbox (event_id, pipeline, target, target_index, entity, version, state, \
-                     next_attempt_at_ms, created_at_ms, version_text, siblings) ",
-                );
-                outbox.push_values(items, |mut row, (event_id, d, item)| {
-                    row.push_bind(*event_id)
-                        .push_bind(d.pipeline)
-                        .push_bind(item.target.as_str())
-                        .push_bind(item.target_index)
-                        .push_bind(item.entity.as_str())
-                        .push_bind(item.version.as_deref())
-                        .push_bind(state::PENDING)
-                        .push_bind(d.received_at_ms)
-                        .push_bind(d.received_at_ms)
-                        .push_bind(item.version_text.as_deref())
-                        .push_bind(i64::try_from(d.outbox.len()).unwrap_or(i64::MAX));
-                });
-                outbox.build().execute(&mut *tx).await?;
-            }
-            for accepted in accepted.chunks(ROWS_PER_STATEMENT_MAX) {
-                let mut evidence = sqlx::QueryBuilder::new(
-                    "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
-                     fingerprint, headers, body, sealed_with) ",
-                );
-                evidence.push_values(accepted, |mut row, &(i, event_id)| {
-                    let d = &deliveries[i];
-                    row.push_bind(d.pipeline)
-                        .push_bind(event_id)
-                        .push_bind("accepted")
-                        .push_bind(d.received_at_ms)
-                        .push_bind(d.scope)
-                        .push_bind(d.key)
-                        .push_bind(d.fingerprint)
-                        .push_bind(d.headers_json)
-                        .push_bind(None::<&[u8]>)
-                        .push_bind(d.sealed_with);
-                });
-                evidence.build().execute(&mut *tx).await?;
-            }
-            // Repeats: of a key stored before, or accepted earlier in this batch. The row
-            // exists and is visible: in PostgreSQL the insert above waited for a concurrent
-            // inserter to commit, in SQLite writes are serial, and this transaction sees its own.
-            for &i in &order {
-                if records[i].is_some() {
-                    continue;
-                }
-                let delivery = &deliveries[i];
-                let row = sqlx::query(
-                    "SELECT id, fingerprint FROM events WHERE pipeline = $1 AND scope = $2 AND event_key = $3",
-                )
-                .bind(delivery.pipeline)
-                .bind(delivery.scope)
-                .bind(delivery.key)
-                .fetch_one(&mut *tx)
-                .await?;
-                let event_id: i64 = row.try_get("id")?;
-                let original: String = row.try_get("fingerprint")?;
-                let (record, outcome, body) = if original == delivery.fingerprint {
-                    sqlx::query(
-                        "UPDATE events SET delivery_count = delivery_count + 1, \
-                         last_delivery_at_ms = $2 WHERE id = $1",
-                    )
-                    .bind(event_id)
-                    .bind(delivery.received_at_ms)
-                    .execute(&mut *tx)
-                    .await?;
-                    (IntakeRecord::Duplicate { event_id }, "duplicate", None)
-                } else {
-                    sqlx::query("UPDATE events SET conflict_count = conflict_count + 1 WHERE id = $1")
-                        .bind(event_id)
-                        .execute(&mut *tx)
-                        .await?;
-                    (IntakeRecord::Conflict { event_id }, "conflict", Some(delivery.body))
-                };
-                // Evidence is bounded: past the first few duplicates and conflicts of an event,
-                // only their counts on the event grow.
-                sqlx::query(
-                    "INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key, \
-                     fingerprint, headers, body, sealed_with) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $11 \
-                     WHERE (SELECT COUNT(*) FROM deliveries WHERE event_id = $2 AND outcome = $3) < $10",
-                )
-                .bind(delivery.pipeline)
-                .bind(event_id)
-                .bind(outcome)
-                .bind(delivery.received_at_ms)
-                .bind(delivery.scope)
-                .bind(delivery.key)
-                .bind(delivery.fingerprint)
-                .bind(delivery.headers_excerpt_json)
-                .bind(body)
-                .bind(REPEATED_DELIVERIES_KEPT)
-                .bind(delivery.sealed_with)
-                .execute(&mut *tx)
-                .await?;
-                records[i] = Some(record);
-            }
-            // A commit that fails may have landed or not: unavailable, so that the senders
-            // retry (a duplicate if it landed) and nothing is recorded again here.
-            tx.commit().await.map_err(StoreError::Unavailable)?;
-            Ok(records.into_iter().map(|r| r.expect("every delivery recorded")).collect())
-        })
     }
 
     /// Keeps a delivery whose event could not be derived, body included, so nothing a sender

@@ -142,7 +142,11 @@ impl Running {
         for task in self.tasks {
             let _ = task.await;
         }
-        self.gateway.store().close().await;
+        // The gateway's intake committers hold a connection while they run; they stop once
+        // the last gateway handle is gone, and the pool closes when every connection is back.
+        let store = self.gateway.store().clone();
+        drop(self.gateway);
+        store.close().await;
     }
 }
 
