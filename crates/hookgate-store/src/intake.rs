@@ -209,8 +209,8 @@ impl Store {
 
 /// Records batch after batch for one committer. On PostgreSQL it holds one pool connection
 /// while batches keep coming, so a batch pays neither the pool's ping on acquire nor the one on
-/// release. It gives the connection up after an "unavailable" error (it may be broken; the next
-/// batch acquires a fresh, tested one) and when the committer calls [`IntakeWriter::release`]
+/// release. It gives the connection up after any error (the next batch acquires a fresh, tested
+/// one; after an "unavailable" error the old one is closed) and when the committer calls [`IntakeWriter::release`]
 /// (it does once intake is idle), so an idle gateway holds nothing and the pool can close.
 #[derive(Debug)]
 pub struct IntakeWriter {
@@ -237,8 +237,12 @@ impl IntakeWriter {
             match postgres_batch(connection, chunk).await {
                 Ok(chunk_records) => records.extend(chunk_records),
                 Err(error) => {
-                    if error.is_unavailable()
-                        && let Some(connection) = self.held.take()
+                    // Any error gives the connection up: one the database refused a statement
+                    // on is fine (back to the pool, whose release ping tests it), but an error
+                    // that is not "unavailable" may still come from a broken one, and a
+                    // committer that kept it would fail every batch after.
+                    if let Some(connection) = self.held.take()
+                        && error.is_unavailable()
                     {
                         // Not back to the pool: closed, whatever state it is in.
                         drop(connection.detach());

@@ -1269,6 +1269,27 @@ async fn the_intake_writer_stores_the_same_rows_on_both_backends() {
     let again = writer.record_batch(&[delivery("k6", "f6", b"six")]).await.unwrap();
     assert!(matches!(again[..], [IntakeRecord::Accepted { .. }]), "{again:?}");
 
+    // A statement the database refuses (two items of one event with one target break
+    // `UNIQUE (event_id, target)`) leaves nothing behind: the event, its items and evidence are
+    // one statement. The writer gives that connection up too.
+    let mut twice = delivery("k7", "f7", b"seven");
+    twice.outbox[1].target = "a".into();
+    let error = writer.record_batch(&[twice]).await.unwrap_err();
+    assert!(!error.is_unavailable(), "{error}");
+    assert!(!writer.holds_connection());
+    let keys: Vec<String> =
+        postgres.events("p").await.unwrap().into_iter().map(|e| e.key).collect();
+    assert!(!keys.contains(&"k7".to_owned()) && keys.contains(&"k6".to_owned()), "{keys:?}");
+    let evidence: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM deliveries WHERE event_key = 'k7'")
+            .fetch_one(match &postgres {
+                Store::Postgres(pool) => pool,
+                Store::Sqlite { .. } => unreachable!("the PostgreSQL store"),
+            })
+            .await
+            .unwrap();
+    assert_eq!(evidence, 0);
+
     sqlite.close().await;
     postgres.close().await;
     drop_postgres_database(&url).await;
