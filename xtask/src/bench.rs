@@ -5,9 +5,10 @@
 //!   bytes (the cheapest thing that reads every byte).
 //! - **intake, PostgreSQL**: deliveries accepted per second through a release `hookgate serve`
 //!   (verify, identify, commit, answer) at 1, 8 and 32 clients, closed loop, with p50/p99,
-//!   against **pgbench running hookgate's own intake SQL** (the three statements a new event
-//!   costs: the inbox insert `ON CONFLICT DO NOTHING`, its outbox item, its delivery evidence,
-//!   bodies of the same size, prepared, one transaction per delivery) at the same client
+//!   against **pgbench running hookgate's own intake SQL** (`POSTGRES_INTAKE`, the one
+//!   statement of a batch's new events: the inbox insert `ON CONFLICT DO NOTHING`, its outbox
+//!   item, its delivery evidence; with a batch of one, bodies of the same size, prepared, one
+//!   commit per delivery) at the same client
 //!   count. At 32 clients the two take turns three times and their medians are reported; also
 //!   with group commit off (`--intake-batch-max 1`), the average
 //!   batch (from `/metrics`); and open loop at
