@@ -188,17 +188,7 @@ impl Store {
         &self,
         deliveries: &[NewDelivery<'_>],
     ) -> Result<Vec<IntakeRecord>> {
-        let mut records = Vec::with_capacity(deliveries.len());
-        for chunk in deliveries.chunks(INTAKE_BATCH_MAX) {
-            match self {
-                Store::Sqlite { writer, .. } => records.extend(sqlite_batch(writer, chunk).await?),
-                Store::Postgres(pool) => {
-                    let mut connection = pool.acquire().await?;
-                    records.extend(postgres_batch(&mut connection, chunk).await?);
-                }
-            }
-        }
-        Ok(records)
+        self.intake_writer().record_batch(deliveries).await
     }
 
     /// A writer for one committer: on PostgreSQL it keeps its connection between batches.
@@ -210,8 +200,9 @@ impl Store {
 /// Records batch after batch for one committer. On PostgreSQL it holds one pool connection
 /// while batches keep coming, so a batch pays neither the pool's ping on acquire nor the one on
 /// release. It gives the connection up after any error (the next batch acquires a fresh, tested
-/// one; after an "unavailable" error the old one is closed) and when the committer calls [`IntakeWriter::release`]
-/// (it does once intake is idle), so an idle gateway holds nothing and the pool can close.
+/// one; after an "unavailable" error the old one is closed), when the committer calls
+/// [`IntakeWriter::release`] (it does once intake is idle), and when it is dropped, so an idle
+/// gateway holds nothing and the pool can close.
 #[derive(Debug)]
 pub struct IntakeWriter {
     store: Store,
@@ -219,16 +210,22 @@ pub struct IntakeWriter {
 }
 
 impl IntakeWriter {
-    /// Like [`Store::record_intake_batch`], on the held connection.
+    /// Records several deliveries, each as if alone (see [`Store::record_intake_batch`]): on
+    /// PostgreSQL on the held connection, on SQLite in a transaction of the writer pool.
     pub async fn record_batch(
         &mut self,
         deliveries: &[NewDelivery<'_>],
     ) -> Result<Vec<IntakeRecord>> {
+        let mut records = Vec::with_capacity(deliveries.len());
         let pool = match &self.store {
-            Store::Sqlite { .. } => return self.store.record_intake_batch(deliveries).await,
+            Store::Sqlite { writer, .. } => {
+                for chunk in deliveries.chunks(INTAKE_BATCH_MAX) {
+                    records.extend(sqlite_batch(writer, chunk).await?);
+                }
+                return Ok(records);
+            }
             Store::Postgres(pool) => pool,
         };
-        let mut records = Vec::with_capacity(deliveries.len());
         for chunk in deliveries.chunks(INTAKE_BATCH_MAX) {
             let connection = match &mut self.held {
                 Some(connection) => connection,
