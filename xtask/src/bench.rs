@@ -949,10 +949,15 @@ async fn drain_once(
         "hookgate_lease_seconds",
         "hookgate_lease_size",
         "hookgate_finish_batch_size",
+        "hookgate_store_batch_seconds",
         "hookgate_crm_batch_size",
+        "hookgate_crm_batch_call_seconds",
     ] {
         if let Some(value) = average(&server.base, histogram).await {
-            println!("    average {histogram}: {value:.1}");
+            match histogram.strip_suffix("_seconds") {
+                Some(name) => println!("    average {name}: {:.2} ms", value * 1000.0),
+                None => println!("    average {histogram}: {value:.1}"),
+            }
         }
     }
     drop(server);

@@ -57,7 +57,9 @@ enum Command {
         /// Pending writes besides the timed ones, one drain run each.
         #[arg(long, value_delimiter = ',', default_values_t = [0, 100_000, 1_000_000])]
         backlogs: Vec<usize>,
-        /// Workers of the draining server.
+        /// Workers of the draining server (`hookgate serve --workers`). Drain is bound by the
+        /// writes in hand, not by the database: each waits on round trips (lease, CRM call,
+        /// finish), so the rate grows with them (see ARCHITECTURE.md, delivery in batches).
         #[arg(long, default_value_t = 256)]
         drain_workers: usize,
         /// Run only these parts.
