@@ -380,20 +380,24 @@ impl Store {
         // The items this lease takes: the head of each entity in `v` (the entities it now
         // holds), due at `$1`, not paused.
         let taken = format!(
-            "SELECT o.id FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
+            "SELECT o.id, o.event_id, o.attempts, o.lease_owner, o.leased_at_ms, o.state \
+             FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
                AND o.entity = v_entity \
              WHERE {DUE} AND {HEAD} AND NOT EXISTS (SELECT 1 FROM pauses p \
                WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)"
         );
         // Evidence first, while the item still names the worker that left it. Every lease
         // records it, whichever walk found the item: a due walk's snapshot may have seen
-        // pending an item that was in flight by the time the entity was claimed.
+        // pending an item that was in flight by the time the entity was claimed. It is read
+        // from the taken rows themselves: reading `outbox` again by `state = 'in_flight'` was
+        // planned as a walk of every item in flight (and the due index's dead entries), each
+        // compared with every taken id.
         let evidence = |param: usize| {
             format!(
                 "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, \
                    action, outcome, error) \
                  SELECT id, event_id, attempts, COALESCE(lease_owner, ''), COALESCE(leased_at_ms, $1), $1, \
-                   'lease', 'abandoned', ${param} FROM outbox WHERE state = 'in_flight' AND id IN (SELECT id FROM taken)"
+                   'lease', 'abandoned', ${param} FROM taken WHERE state = 'in_flight'"
             )
         };
         let take = "UPDATE outbox SET state = 'in_flight', lease_owner = $2, lease_expires_at_ms = $3, \
