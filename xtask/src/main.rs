@@ -57,9 +57,10 @@ enum Command {
         /// Pending writes besides the timed ones, one drain run each.
         #[arg(long, value_delimiter = ',', default_values_t = [0, 100_000, 1_000_000])]
         backlogs: Vec<usize>,
-        /// Workers of the draining server (`hookgate serve --workers`). Drain is bound by the
-        /// writes in hand, not by the database: each waits on round trips (lease, CRM call,
-        /// finish), so the rate grows with them (see ARCHITECTURE.md, delivery in batches).
+        /// Workers of the draining server (`hookgate serve --workers`). Up to a few hundred,
+        /// the drain grows with the writes in hand (each waits on its lease, CRM call and
+        /// finish); past that the two cores are busy with PostgreSQL's own row and index work
+        /// (see ARCHITECTURE.md, delivery in batches).
         #[arg(long, default_value_t = 256)]
         drain_workers: usize,
         /// Run only these parts.
