@@ -200,8 +200,50 @@ const HEAD: &str = "NOT EXISTS (SELECT 1 FROM outbox b \
 /// (its worker died or stalled).
 const DUE: &str = "(o.state = 'in_flight' OR (o.state = 'pending' AND o.next_attempt_at_ms <= $1))";
 
+/// The lease's candidates: `(pipeline, target, entity, walk)` of free entity heads, `$1` the
+/// time, `$2` the most per walk. Two index walks rather than one `OR`: items left in flight
+/// by a dead worker (few), then pending items in due order, stopping at the limit. With the
+/// `OR`, both databases evaluated the head rule for the whole backlog before sorting it.
+/// Each lane is its own range of `outbox_due (state, lane, next_attempt_at_ms)`; the last
+/// column says which walk a candidate came from.
+pub(crate) fn lease_candidates_sql(walks: Walks) -> String {
+    let free = "NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = o.pipeline \
+        AND e.target = o.target AND e.entity = o.entity AND e.lease_expires_at_ms > $1) \
+        AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.pipeline = o.pipeline \
+        AND p.kind = 'delivery' AND p.target = o.target)";
+    let due = |lane: i64| {
+        format!(
+            "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST({lane} AS BIGINT) AS walk FROM outbox o \
+               WHERE o.state = 'pending' AND o.lane = {lane} AND o.next_attempt_at_ms <= $1 \
+               AND {free} AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}"
+        )
+    };
+    let abandoned_walk = format!(
+        "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST({WALK_ABANDONED} AS BIGINT) AS walk FROM outbox o \
+           WHERE o.state = 'in_flight' AND {free} AND {HEAD} LIMIT $2) AS abandoned UNION ALL "
+    );
+    format!(
+        "{}{} UNION ALL {}",
+        if walks == Walks::DueAndAbandoned { abandoned_walk.as_str() } else { "" },
+        due(LANE_FRESH),
+        due(LANE_REPLAY)
+    )
+}
+
 const ITEM_COLUMNS: &str = "id, event_id, pipeline, target, target_index, entity, version, version_text, \
     attempts, in_doubt, lease_owner, lease_expires_at_ms, siblings";
+
+/// Writes to do (pending or in flight), across pipelines.
+pub(crate) const UNFINISHED_COUNT: &str =
+    "SELECT COUNT(*) FROM outbox WHERE state IN ('pending', 'in_flight')";
+
+/// Writes dead-lettered, across pipelines.
+pub(crate) const DEAD_COUNT: &str = "SELECT COUNT(*) FROM outbox WHERE state = 'dead'";
+
+/// When the oldest write to do was received: an item is created with its event's receipt
+/// time, so there is no join to `events`.
+pub(crate) const OLDEST_UNFINISHED: &str =
+    "SELECT MIN(created_at_ms) FROM outbox WHERE state IN ('pending', 'in_flight')";
 
 /// Recomputes an event's state from its items: pending work, a dead letter, or done.
 const EVENT_STATE: &str = "UPDATE events SET state = CASE \
@@ -320,32 +362,7 @@ impl Store {
         lease_expires_at_ms: i64,
         limit: i64,
     ) -> Result<Vec<LeasedItem>> {
-        // Two index walks rather than one `OR`: items left in flight by a dead worker (few),
-        // then pending items in due order, stopping at the limit. With the `OR`, both
-        // databases evaluated the head rule for the whole backlog before sorting it.
-        // Each lane is its own range of `outbox (state, lane, next_attempt_at_ms)`; the last
-        // column says which walk a candidate came from.
-        let free = "NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = o.pipeline \
-            AND e.target = o.target AND e.entity = o.entity AND e.lease_expires_at_ms > $1) \
-            AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.pipeline = o.pipeline \
-            AND p.kind = 'delivery' AND p.target = o.target)";
-        let due = |lane: i64| {
-            format!(
-                "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST({lane} AS BIGINT) AS walk FROM outbox o \
-                   WHERE o.state = 'pending' AND o.lane = {lane} AND o.next_attempt_at_ms <= $1 \
-                   AND {free} AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}"
-            )
-        };
-        let abandoned_walk = format!(
-            "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST({WALK_ABANDONED} AS BIGINT) AS walk FROM outbox o \
-               WHERE o.state = 'in_flight' AND {free} AND {HEAD} LIMIT $2) AS abandoned UNION ALL "
-        );
-        let candidates_sql = format!(
-            "{}{} UNION ALL {}",
-            if walks == Walks::DueAndAbandoned { abandoned_walk.as_str() } else { "" },
-            due(LANE_FRESH),
-            due(LANE_REPLAY)
-        );
+        let candidates_sql = lease_candidates_sql(walks);
         let postgres = matches!(self, Store::Postgres(_));
         let keys = [("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text")];
         let rows = |param: usize| crate::batch::json_rows(postgres, param, &keys);
@@ -877,28 +894,19 @@ impl Store {
     /// Items still to do (pending or in flight), across pipelines: zero means drained.
     pub async fn unfinished_items(&self) -> Result<i64> {
         read_on_both!(self, pool => {
-            Ok(sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE state IN ('pending', 'in_flight')").fetch_one(pool).await?)
+            Ok(sqlx::query_scalar(UNFINISHED_COUNT).fetch_one(pool).await?)
         })
     }
 
     /// The backlog, for the operators' gauges: writes to do, writes dead-lettered, and when
-    /// the oldest write to do was received. Each is an index range on `outbox (state, ...)`.
+    /// the oldest write to do was received. Each is an index range (on PostgreSQL, of a
+    /// partial index holding those rows only).
     pub async fn backlog(&self) -> Result<Backlog> {
         read_on_both!(self, pool => {
-            let unfinished: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM outbox WHERE state IN ('pending', 'in_flight')",
-            )
-            .fetch_one(pool)
-            .await?;
-            let dead: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE state = 'dead'")
-                .fetch_one(pool)
-                .await?;
-            // An item is created with its event's receipt time: no join to `events`.
-            let oldest_received_at_ms: Option<i64> = sqlx::query_scalar(
-                "SELECT MIN(created_at_ms) FROM outbox WHERE state IN ('pending', 'in_flight')",
-            )
-            .fetch_one(pool)
-            .await?;
+            let unfinished: i64 = sqlx::query_scalar(UNFINISHED_COUNT).fetch_one(pool).await?;
+            let dead: i64 = sqlx::query_scalar(DEAD_COUNT).fetch_one(pool).await?;
+            let oldest_received_at_ms: Option<i64> =
+                sqlx::query_scalar(OLDEST_UNFINISHED).fetch_one(pool).await?;
             Ok(Backlog { unfinished, dead, oldest_received_at_ms })
         })
     }

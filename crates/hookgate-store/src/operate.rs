@@ -236,13 +236,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<DeadLetter>> {
         read_on_both!(self, pool => {
-            let rows = sqlx::query(
-                "SELECT o.id, o.event_id, o.pipeline, o.target, o.entity, o.version, o.version_text, o.attempts, \
-                   o.in_doubt, o.last_error, o.finished_at_ms, e.event_key, e.scope, e.event_type, e.received_at_ms \
-                 FROM outbox o JOIN events e ON e.id = o.event_id \
-                 WHERE o.state = 'dead' AND ($1 IS NULL OR o.pipeline = $1) AND ($2 IS NULL OR o.target = $2) \
-                   AND o.id < $3 ORDER BY o.id DESC LIMIT $4",
-            )
+            let rows = sqlx::query(DEAD_LETTERS)
             .bind(pipeline)
             .bind(target)
             .bind(before_id.unwrap_or(i64::MAX))
@@ -306,18 +300,10 @@ impl Store {
     }
 
     /// Each target's unfinished and dead writes (targets with none are absent). Finished
-    /// writes are not counted: they are most of the table. Two arms, each the predicate of
-    /// one of PostgreSQL's partial indexes (unfinished, dead), so that each is an index range
-    /// (one `IN` of all three states is implied by neither, and was planned as a scan).
+    /// writes are not counted: they are most of the table (see [`TARGET_BACKLOG`]).
     pub async fn target_backlog(&self) -> Result<Vec<TargetBacklog>> {
         let rows: Vec<(String, String, String, i64)> = read_on_both!(self, pool => {
-            sqlx::query_as(
-                "SELECT pipeline, target, state, COUNT(*) FROM outbox \
-                   WHERE state IN ('pending', 'in_flight') GROUP BY pipeline, target, state \
-                 UNION ALL SELECT pipeline, target, state, COUNT(*) FROM outbox \
-                   WHERE state = 'dead' GROUP BY pipeline, target, state \
-                 ORDER BY 1, 2",
-            )
+            sqlx::query_as(TARGET_BACKLOG)
             .fetch_all(pool)
             .await?
         });
@@ -337,6 +323,24 @@ impl Store {
         Ok(backlog)
     }
 }
+
+/// Each target's unfinished and dead writes, by state. Two arms, each the predicate of one of
+/// PostgreSQL's partial indexes (unfinished, dead), so that each is an index range: one `IN` of
+/// all three states is implied by neither, and was planned as a scan of the table.
+pub(crate) const TARGET_BACKLOG: &str = "SELECT pipeline, target, state, COUNT(*) FROM outbox \
+       WHERE state IN ('pending', 'in_flight') GROUP BY pipeline, target, state \
+     UNION ALL SELECT pipeline, target, state, COUNT(*) FROM outbox \
+       WHERE state = 'dead' GROUP BY pipeline, target, state \
+     ORDER BY 1, 2";
+
+/// A page of dead letters, newest first: `$1` pipeline and `$2` target (either may be NULL:
+/// all), `$3` below this write id, `$4` at most.
+pub(crate) const DEAD_LETTERS: &str = "SELECT o.id, o.event_id, o.pipeline, o.target, o.entity, \
+       o.version, o.version_text, o.attempts, o.in_doubt, o.last_error, o.finished_at_ms, \
+       e.event_key, e.scope, e.event_type, e.received_at_ms \
+     FROM outbox o JOIN events e ON e.id = o.event_id \
+     WHERE o.state = 'dead' AND ($1 IS NULL OR o.pipeline = $1) AND ($2 IS NULL OR o.target = $2) \
+       AND o.id < $3 ORDER BY o.id DESC LIMIT $4";
 
 /// A statement moving the lanes of the writes that match `condition` by `shift` (parking or
 /// putting back). On PostgreSQL it skips rows another transaction holds (a lease, a finish),
