@@ -37,9 +37,7 @@ use hookgate_connector::{
 };
 use hookgate_pipeline::evaluate::{Context, Delivery};
 use hookgate_pipeline::model::{DeliveryPolicy, NotFound, RefreshMethod};
-use hookgate_store::{
-    AppliedVersion, Call, EventRecord, Finish, LeasedItem, StoreError, Walks, state,
-};
+use hookgate_store::{AppliedVersion, Call, EventRecord, Finish, LeasedItem, StoreError, state};
 use rand::Rng;
 use tokio::task::JoinSet;
 use tracing::Instrument as _;
@@ -54,11 +52,6 @@ pub type Connectors = HashMap<String, Arc<dyn Connector>>;
 /// A retry-after beyond this is treated as this: a CRM asking for a day's pause should not
 /// park an item for a day without an operator noticing.
 const RETRY_AFTER_MAX: Duration = Duration::from_secs(3600);
-
-/// How often a worker's lease also looks for items left in flight by a worker that stopped:
-/// they wait for their lease to end anyway (`--lease-ms`), and the walk that finds them reads
-/// every item in flight.
-const ABANDONED_WALK_EVERY: Duration = Duration::from_secs(1);
 
 /// How much longer than a CRM call its lease must last: the time to record the call's outcome,
 /// and room for clocks that differ between gateway hosts.
@@ -202,25 +195,13 @@ impl Worker {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut in_hand = JoinSet::new();
-        let mut abandoned_walked: Option<std::time::Instant> = None;
         loop {
             while in_hand.try_join_next().is_some() {}
             let free = self.config.concurrency.saturating_sub(in_hand.len());
             // Lease in batches: a lease searches the backlog, so one per freed slot would cost a
             // search per write. Wait for half the slots, unless nothing is in hand.
             let batch = in_hand.is_empty() || free * 2 >= self.config.concurrency;
-            let leased = if free > 0 && batch {
-                let walks =
-                    if abandoned_walked.is_none_or(|at| at.elapsed() >= ABANDONED_WALK_EVERY) {
-                        abandoned_walked = Some(std::time::Instant::now());
-                        Walks::DueAndAbandoned
-                    } else {
-                        Walks::Due
-                    };
-                self.lease(free, walks).await
-            } else {
-                Vec::new()
-            };
+            let leased = if free > 0 && batch { self.lease(free).await } else { Vec::new() };
             let idle = leased.is_empty();
             for (item, event) in leased {
                 let worker = self.clone();
@@ -244,9 +225,9 @@ impl Worker {
 
     /// Leases up to `free` items, with their events read in one query (an item whose event
     /// could not be read reads it itself).
-    async fn lease(&self, free: usize, walks: Walks) -> Vec<(LeasedItem, Option<EventRecord>)> {
+    async fn lease(&self, free: usize) -> Vec<(LeasedItem, Option<EventRecord>)> {
         let started = std::time::Instant::now();
-        let items = self.lease_items(free, walks).await;
+        let items = self.lease_items(free).await;
         metrics::histogram!("hookgate_lease_seconds").record(started.elapsed().as_secs_f64());
         metrics::histogram!("hookgate_lease_size").record(items.len() as f64);
         if items.is_empty() {
@@ -270,7 +251,7 @@ impl Worker {
             .collect()
     }
 
-    async fn lease_items(&self, free: usize, walks: Walks) -> Vec<LeasedItem> {
+    async fn lease_items(&self, free: usize) -> Vec<LeasedItem> {
         let now = now_ms();
         // Unique per lease call: it is the fence, so it must not repeat (a pid does, in
         // containers).
@@ -279,7 +260,7 @@ impl Worker {
         match self
             .gateway
             .store
-            .lease_from(walks, &owner, now, now.saturating_add(self.lease_ms()), limit)
+            .lease(&owner, now, now.saturating_add(self.lease_ms()), limit)
             .await
         {
             Ok(items) => items,

@@ -71,11 +71,20 @@ struct RenewRow<'a> {
 }
 
 #[derive(Serialize)]
+struct InFlightRow<'a> {
+    v_pipeline: &'a str,
+    v_target: &'a str,
+    v_entity: &'a str,
+    v_id: i64,
+}
+
+#[derive(Serialize)]
 struct ReleaseRow<'a> {
     v_pipeline: &'a str,
     v_target: &'a str,
     v_entity: &'a str,
     v_owner: &'a str,
+    v_id: i64,
     v_applied: Option<&'a str>,
     v_applied_text: Option<&'a str>,
     v_doubted: Option<&'a str>,
@@ -85,7 +94,7 @@ struct ReleaseRow<'a> {
 #[derive(Serialize)]
 struct MoveRow<'a> {
     v_id: i64,
-    v_owner: &'a str,
+    v_attempt: i64,
     v_state: &'a str,
     v_next: i64,
     v_doubt: i64,
@@ -123,6 +132,16 @@ pub(crate) fn entities_json(entities: &[(String, String, String)]) -> String {
         v_pipeline: pipeline,
         v_target: target,
         v_entity: entity,
+    }))
+}
+
+/// The rows naming leased items on their entities: entity keys and item ids.
+pub(crate) fn in_flight_json(items: &[LeasedItem]) -> String {
+    rows_json(items.iter().map(|item| InFlightRow {
+        v_pipeline: &item.pipeline,
+        v_target: &item.target,
+        v_entity: &item.entity,
+        v_id: item.id,
     }))
 }
 
@@ -197,9 +216,9 @@ impl Store {
     /// `finish` would give it alone (`false` where its lease was lost, and then nothing of it
     /// is recorded). Items must be of distinct entities, as leased items are.
     ///
-    /// Should an entity's lease be held while its item is not in flight under it (which
-    /// `finish` alone would leave untouched), the batch is rolled back and each item is
-    /// finished alone instead.
+    /// An entity is released only by its lease's owner and for the item that lease named in
+    /// flight. Should an item so released not be moved (its row gone), the batch is rolled back
+    /// and each item is finished alone instead.
     pub async fn finish_batch(&self, items: &[FinishItem<'_>], now_ms: i64) -> Result<Vec<bool>> {
         let (alone, shared) = alone_in_their_entity(items, |i| i.item);
         let batched = match self.try_finish_batch(&alone, now_ms).await? {
@@ -236,6 +255,7 @@ impl Store {
         let postgres = matches!(self, Store::Postgres(_));
         let mut columns = ENTITY_COLUMNS.to_vec();
         columns.extend([
+            ("v_id", "bigint"),
             ("v_applied", "text"),
             ("v_applied_text", "text"),
             ("v_doubted", "text"),
@@ -243,7 +263,8 @@ impl Store {
         ]);
         // The guard never moves backwards: every assignment reads the row before the update.
         let release = format!(
-            "{} UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL, \
+            "{} UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL, in_flight_item = NULL, \
+             in_flight_owner = NULL, in_flight_since_ms = NULL, \
              applied_version = CASE WHEN v_applied IS NOT NULL AND (applied_version IS NULL OR applied_version < v_applied) \
                THEN v_applied ELSE applied_version END, \
              applied_version_text = CASE WHEN v_applied IS NOT NULL AND (applied_version IS NULL OR applied_version < v_applied) \
@@ -253,7 +274,7 @@ impl Store {
              doubted_version_text = CASE WHEN v_doubted IS NOT NULL AND (doubted_version IS NULL OR doubted_version < v_doubted) \
                THEN v_doubted_text ELSE doubted_version_text END \
              FROM v WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity \
-               AND lease_owner = v_owner \
+               AND lease_owner = v_owner AND in_flight_item = v_id \
              RETURNING pipeline, target, entity",
             json_rows(postgres, 1, &columns)
         );
@@ -264,6 +285,7 @@ impl Store {
                 v_target: &item.target,
                 v_entity: &item.entity,
                 v_owner: &item.lease_owner,
+                v_id: item.id,
                 v_applied,
                 v_applied_text,
                 v_doubted,
@@ -273,15 +295,15 @@ impl Store {
         let move_items = format!(
             "{} UPDATE outbox SET state = v_state, next_attempt_at_ms = v_next, in_doubt = v_doubt, \
                record_id = COALESCE(v_record, record_id), last_error = v_error, finished_at_ms = v_finished, \
-               lease_owner = NULL, lease_expires_at_ms = NULL \
-             FROM v WHERE id = v_id AND lease_owner = v_owner \
+               attempts = v_attempt \
+             FROM v WHERE id = v_id \
              RETURNING id",
             json_rows(
                 postgres,
                 1,
                 &[
                     ("v_id", "bigint"),
-                    ("v_owner", "text"),
+                    ("v_attempt", "bigint"),
                     ("v_state", "text"),
                     ("v_next", "bigint"),
                     ("v_doubt", "bigint"),
@@ -354,7 +376,7 @@ impl Store {
                     matches!(finish.state, "done" | "dead" | "skipped_stale").then_some(now_ms);
                 MoveRow {
                     v_id: item.id,
-                    v_owner: &item.lease_owner,
+                    v_attempt: item.attempts,
                     v_state: finish.state,
                     v_next: finish.next_attempt_at_ms,
                     v_doubt: i64::from(finish.in_doubt),
@@ -368,8 +390,8 @@ impl Store {
                 moved.insert(row.try_get(0)?);
             }
             if moved.len() != mine.len() {
-                // An entity released whose item was not in flight under it: `finish` alone
-                // would have changed nothing of that item. Undo, and let each go alone.
+                // An entity released whose item is not there to move: `finish` alone would
+                // have recorded nothing of it. Undo, and let each go alone.
                 tx.rollback().await?;
                 return Ok(None);
             }

@@ -9,23 +9,33 @@
 //! lease was taken over cannot write anything more. A worker makes a CRM call only while its
 //! lease, by its own clock, covers the whole call ([`Store::renew_leases`] when it does not).
 //!
+//! # In flight
+//! A lease names the item it took on its entity's row (`entities.in_flight_item`, with the
+//! lease that took it and when), and writes nothing to the item: in `outbox` an item in flight
+//! is still `pending`. The item's row changes once per attempt, at its finish, which also
+//! clears the name; so a lease updates entity rows only, in place, and an outbox row is not
+//! copied into every outbox index twice per attempt.
+//!
 //! # In doubt
 //! An item is *in doubt* when a write of it may have reached the CRM without its outcome
-//! reaching us: it is `in_flight` (its worker may be calling right now, or may have died
+//! reaching us: it is in flight (its worker may be calling right now, or may have died
 //! mid-call), or `in_doubt` is set (an outcome left it unknown: a timeout, a lost answer). A
-//! lease that takes an item over from `in_flight` sets `in_doubt`, so the new holder looks the
-//! record up before writing, and the doubt outlives a retry.
+//! lease that claims an entity whose lease ended with an item still named in flight *settles*
+//! it first: the abandoned attempt is recorded as evidence, the item gets `in_doubt` (and the
+//! attempt counted), and the name is cleared. Only then is the head chosen, so the new holder
+//! looks the record up before writing, and the doubt outlives a retry.
 //!
 //! # The head of an entity
-//! Of an entity's unfinished items (pending or in flight), exactly one may be leased, its head:
+//! Of an entity's unfinished items, exactly one may be leased, its head:
 //! - if any unfinished item is in doubt, the latest one in doubt (by version, then id): it must
 //!   be settled, by looking the record up, before anything else is written to that record;
 //! - otherwise the earliest item (by version, then id; by id alone without versions).
 //!
-//! An item is in flight only under its entity's lease, which needs it to be the head; a lease
-//! that finds it in flight takes it over as it is. So while an item is in doubt nothing else of
-//! its entity is written, and lookups compare against a record only that write could have
-//! changed.
+//! An item is in flight only under its entity's lease, which needs it to be the head, and the
+//! rule is applied under a lease, after the settling: nothing else of the entity is leased
+//! while an item is in flight, and an abandoned one counts as in doubt from then on. So while
+//! an item is in doubt nothing else of its entity is written, and lookups compare against a
+//! record only that write could have changed.
 
 use sqlx::Row;
 
@@ -93,19 +103,6 @@ pub struct LeasedItem {
     pub guard: EntityGuard,
     /// How many items its event has (`None`: not recorded, an item older than that).
     pub siblings: Option<i64>,
-}
-
-/// Where a lease looks for candidates (see [`Store::lease_from`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Walks {
-    /// Due pending items, in both lanes, and items left in flight by a worker whose lease
-    /// ended.
-    DueAndAbandoned,
-    /// Due pending items only. The walk of items in flight reads every item in flight, every
-    /// worker's (and every one that passed through, until vacuum removes them from the
-    /// index), to find the few whose lease ended; a worker takes it now and then, not at
-    /// every lease.
-    Due,
 }
 
 /// A lease to renew, for [`Store::renew_leases`].
@@ -186,27 +183,28 @@ pub struct AttemptRecord {
     pub sealed_with: Option<String>,
 }
 
-/// `o` is the head of its entity (see the module documentation). Versions compare as sort
-/// keys; an item without a version sorts by id alone. An item in flight counts as in doubt.
+/// `o` is the head of its entity (see the module documentation), for an entity whose item in
+/// flight, if any, has been settled. Versions compare as sort keys; an item without a version
+/// sorts by id alone. (`'in_flight'` is a state of items before migration `0007`: naming it
+/// keeps the condition within the partial indexes' own.)
 const HEAD: &str = "NOT EXISTS (SELECT 1 FROM outbox b \
     WHERE b.pipeline = o.pipeline AND b.target = o.target AND b.entity = o.entity AND b.id <> o.id \
       AND b.state IN ('pending', 'in_flight') \
-      AND (((b.in_doubt = 1 OR b.state = 'in_flight') \
-          AND (COALESCE(b.version, ''), b.id) > (COALESCE(o.version, ''), o.id)) \
-        OR (o.in_doubt = 0 AND o.state = 'pending' \
-          AND (COALESCE(b.version, ''), b.id) < (COALESCE(o.version, ''), o.id))))";
+      AND ((b.in_doubt = 1 AND (COALESCE(b.version, ''), b.id) > (COALESCE(o.version, ''), o.id)) \
+        OR (o.in_doubt = 0 AND (COALESCE(b.version, ''), b.id) < (COALESCE(o.version, ''), o.id))))";
 
-/// Unfinished and due: pending and past its backoff, or in flight under a lease that is gone
-/// (its worker died or stalled).
-const DUE: &str = "(o.state = 'in_flight' OR (o.state = 'pending' AND o.next_attempt_at_ms <= $1))";
+/// Unfinished and due. An item in flight is pending and was due when it was leased, so an item
+/// left in flight by a worker that died is due too, and found by the same walk.
+const DUE: &str = "(o.state = 'pending' AND o.next_attempt_at_ms <= $1)";
 
-/// The lease's candidates: `(pipeline, target, entity, walk)` of free entity heads, `$1` the
-/// time, `$2` the most per walk. Two index walks rather than one `OR`: items left in flight
-/// by a dead worker (few), then pending items in due order, stopping at the limit. With the
-/// `OR`, both databases evaluated the head rule for the whole backlog before sorting it.
-/// Each lane is its own range of `outbox_due (state, lane, next_attempt_at_ms)`; the last
-/// column says which walk a candidate came from.
-pub(crate) fn lease_candidates_sql(walks: Walks) -> String {
+/// The lease's candidates: `(pipeline, target, entity, lane)` of free entity heads, `$1` the
+/// time, `$2` the most per lane. Each lane is its own range of `outbox_due (state, lane,
+/// next_attempt_at_ms)`, walked in due order and stopped at the limit. Items in flight are
+/// pending and at the front of the range (they were due first): the walk passes them by one
+/// probe of their entity's lease each. An item left in flight by a worker that died is met in
+/// the same walk once its lease has ended. This snapshot's heads are a guess (an item in flight
+/// is not yet settled): the lease chooses again under the claim.
+pub(crate) fn lease_candidates_sql() -> String {
     let free = "NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = o.pipeline \
         AND e.target = o.target AND e.entity = o.entity AND e.lease_expires_at_ms > $1) \
         AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.pipeline = o.pipeline \
@@ -218,20 +216,12 @@ pub(crate) fn lease_candidates_sql(walks: Walks) -> String {
                AND {free} AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}"
         )
     };
-    let abandoned_walk = format!(
-        "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST({WALK_ABANDONED} AS BIGINT) AS walk FROM outbox o \
-           WHERE o.state = 'in_flight' AND {free} AND {HEAD} LIMIT $2) AS abandoned UNION ALL "
-    );
-    format!(
-        "{}{} UNION ALL {}",
-        if walks == Walks::DueAndAbandoned { abandoned_walk.as_str() } else { "" },
-        due(LANE_FRESH),
-        due(LANE_REPLAY)
-    )
+    format!("{} UNION ALL {}", due(LANE_FRESH), due(LANE_REPLAY))
 }
 
-const ITEM_COLUMNS: &str = "id, event_id, pipeline, target, target_index, entity, version, version_text, \
-    attempts, in_doubt, lease_owner, lease_expires_at_ms, siblings";
+/// An item as a lease takes it: `attempts` counts the lease being taken.
+const ITEM_COLUMNS: &str = "o.id, o.event_id, o.pipeline, o.target, o.target_index, o.entity, o.version, \
+    o.version_text, o.attempts + 1 AS attempts, o.in_doubt, o.siblings";
 
 /// Writes to do (pending or in flight), across pipelines.
 pub(crate) const UNFINISHED_COUNT: &str =
@@ -335,14 +325,14 @@ impl Store {
     ///
     /// Candidates are read first; then, in one transaction, missing entity rows are created
     /// already held by `owner`, the existing ones nobody holds are claimed (PostgreSQL: `FOR
-    /// UPDATE SKIP LOCKED`, so concurrent leasers skip each other), and the head of each
-    /// claimed entity is leased, checked again after the claim so that a head chosen from an
-    /// older snapshot is never used. Claimed entities whose head is not due after all are
-    /// released.
+    /// UPDATE SKIP LOCKED`, so concurrent leasers skip each other), an item a claimed entity's
+    /// last lease left in flight is settled (see the module documentation), and the head of
+    /// each held entity is chosen, checked again under the claim so that a head chosen from an
+    /// older snapshot is never used, and named on its entity's row. Held entities whose head is
+    /// not due after all are released.
     ///
     /// A leased item may be written at once, within its lease: nothing else is recorded before
-    /// its call. An item taken over from `in_flight` (its worker stopped without an outcome) is
-    /// marked in doubt, and its abandoned attempt is recorded as evidence.
+    /// its call.
     pub async fn lease(
         &self,
         owner: &str,
@@ -350,19 +340,7 @@ impl Store {
         lease_expires_at_ms: i64,
         limit: i64,
     ) -> Result<Vec<LeasedItem>> {
-        self.lease_from(Walks::DueAndAbandoned, owner, now_ms, lease_expires_at_ms, limit).await
-    }
-
-    /// [`Store::lease`], from the candidates `walks` finds.
-    pub async fn lease_from(
-        &self,
-        walks: Walks,
-        owner: &str,
-        now_ms: i64,
-        lease_expires_at_ms: i64,
-        limit: i64,
-    ) -> Result<Vec<LeasedItem>> {
-        let candidates_sql = lease_candidates_sql(walks);
+        let candidates_sql = lease_candidates_sql();
         let postgres = matches!(self, Store::Postgres(_));
         let keys = [("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text")];
         let rows = |param: usize| crate::batch::json_rows(postgres, param, &keys);
@@ -374,7 +352,8 @@ impl Store {
         // PostgreSQL: the rows are locked first, skipping those another leaser holds, and
         // updated by their physical address, so that the update joins nothing (a join of
         // the locked rows back to `entities` by key was planned as a scan of the table).
-        // SQLite has one writer: nothing to skip.
+        // SQLite has one writer: nothing to skip. A claim leaves the name of an item in
+        // flight as it was: it is settled next.
         let claim = if postgres {
             format!(
                 "{} UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 \
@@ -382,7 +361,7 @@ impl Store {
                    ON e.pipeline = v_pipeline AND e.target = v_target AND e.entity = v_entity \
                    WHERE (e.lease_expires_at_ms IS NULL OR e.lease_expires_at_ms <= $1) \
                    FOR UPDATE OF e SKIP LOCKED)) \
-                 RETURNING pipeline, target, entity",
+                 RETURNING pipeline, target, entity, in_flight_item",
                 rows(4)
             )
         } else {
@@ -390,56 +369,55 @@ impl Store {
                 "{} UPDATE entities SET lease_owner = $2, lease_expires_at_ms = $3 FROM v \
                  WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity \
                    AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1) \
-                 RETURNING pipeline, target, entity",
+                 RETURNING pipeline, target, entity, in_flight_item",
                 rows(4)
             )
         };
+        // Settling items left in flight (rare: their worker stopped without an outcome), in
+        // this order: the evidence, while the entity still names the worker that left the
+        // item; the doubt, with the abandoned attempt counted; then the name cleared.
+        let ids = |param: usize| crate::batch::json_rows(postgres, param, &[("v_id", "bigint")]);
+        let abandoned_evidence = format!(
+            "{} INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, \
+               action, outcome, error) \
+             SELECT o.id, o.event_id, o.attempts + 1, COALESCE(e.in_flight_owner, ''), \
+               COALESCE(e.in_flight_since_ms, $1), $1, 'lease', 'abandoned', $2 \
+             FROM v JOIN outbox o ON o.id = v_id JOIN entities e ON e.pipeline = o.pipeline \
+               AND e.target = o.target AND e.entity = o.entity AND e.in_flight_item = o.id",
+            ids(3)
+        );
+        let abandoned_doubt = format!(
+            "{} UPDATE outbox SET in_doubt = 1, attempts = attempts + 1 WHERE id IN (SELECT v_id FROM v)",
+            ids(1)
+        );
+        let abandoned_cleared = format!(
+            "{} UPDATE entities SET in_flight_item = NULL, in_flight_owner = NULL, in_flight_since_ms = NULL \
+             FROM v WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $1",
+            rows(2)
+        );
         // The items this lease takes: the head of each entity in `v` (the entities it now
-        // holds), due at `$1`, not paused.
-        let taken = format!(
-            "SELECT o.id, o.event_id, o.attempts, o.lease_owner, o.leased_at_ms, o.state \
-             FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
+        // holds, settled), due at `$1`, not paused.
+        let heads = format!(
+            "{} SELECT {ITEM_COLUMNS} FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
                AND o.entity = v_entity \
              WHERE {DUE} AND {HEAD} AND NOT EXISTS (SELECT 1 FROM pauses p \
-               WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)"
+               WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)",
+            rows(2)
         );
-        // Evidence first, while the item still names the worker that left it. Every lease
-        // records it, whichever walk found the item: a due walk's snapshot may have seen
-        // pending an item that was in flight by the time the entity was claimed. It is read
-        // from the taken rows themselves: reading `outbox` again by `state = 'in_flight'` was
-        // planned as a walk of every item in flight (and the due index's dead entries), each
-        // compared with every taken id.
-        let evidence = |param: usize| {
-            format!(
-                "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, \
-                   action, outcome, error) \
-                 SELECT id, event_id, attempts, COALESCE(lease_owner, ''), COALESCE(leased_at_ms, $1), $1, \
-                   'lease', 'abandoned', ${param} FROM taken WHERE state = 'in_flight'"
+        let named = format!(
+            "{} UPDATE entities SET in_flight_item = v_id, in_flight_owner = $2, in_flight_since_ms = $3 FROM v \
+             WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $2",
+            crate::batch::json_rows(
+                postgres,
+                1,
+                &[
+                    ("v_pipeline", "text"),
+                    ("v_target", "text"),
+                    ("v_entity", "text"),
+                    ("v_id", "bigint")
+                ]
             )
-        };
-        let take = "UPDATE outbox SET state = 'in_flight', lease_owner = $2, lease_expires_at_ms = $3, \
-               leased_at_ms = $1, attempts = attempts + 1, \
-               in_doubt = CASE WHEN state = 'in_flight' THEN 1 ELSE in_doubt END \
-             WHERE id IN (SELECT id FROM taken)";
-        // PostgreSQL: one statement, so that the evidence and the update read one set of
-        // taken items (a CTE named twice is evaluated once, and every part of the statement
-        // sees the rows as they were before it). SQLite: two statements of one writer's
-        // transaction, between which nothing else can change.
-        let (abandoned, lease_sql) = if postgres {
-            (
-                None,
-                format!(
-                    "{}, taken AS ({taken}), evidence AS ({}) {take} RETURNING {ITEM_COLUMNS}",
-                    rows(4),
-                    evidence(5)
-                ),
-            )
-        } else {
-            (
-                Some(format!("{}, taken AS ({taken}) {}", rows(3), evidence(2))),
-                format!("{}, taken AS ({taken}) {take} RETURNING {ITEM_COLUMNS}", rows(4)),
-            )
-        };
+        );
         let release = format!(
             "{} UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL FROM v \
              WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $1",
@@ -483,6 +461,7 @@ impl Store {
                 held.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
             }
             // Entities just created are held already; the others may be free to claim.
+            let mut left_in_flight: Vec<i64> = Vec::new();
             if held.len() < candidates.len() {
                 for row in sqlx::query(&claim)
                     .bind(now_ms)
@@ -494,6 +473,7 @@ impl Store {
                     .await?
                 {
                     held.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+                    left_in_flight.extend(row.try_get::<Option<i64>, _>(3)?);
                 }
             }
             if held.is_empty() {
@@ -501,28 +481,41 @@ impl Store {
             }
             held.sort();
             let held_json = crate::batch::entities_json(&held);
-            if let Some(abandoned) = &abandoned {
-                sqlx::query(abandoned)
+            if !left_in_flight.is_empty() {
+                left_in_flight.sort_unstable();
+                let left = crate::batch::ids_json(&left_in_flight);
+                sqlx::query(&abandoned_evidence)
                     .bind(now_ms)
                     .bind(ABANDONED)
+                    .bind(&left)
+                    .persistent(false)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(&abandoned_doubt).bind(&left).execute(&mut *tx).await?;
+                sqlx::query(&abandoned_cleared)
+                    .bind(owner)
                     .bind(&held_json)
+                    .persistent(false)
                     .execute(&mut *tx)
                     .await?;
             }
-            let mut lease = sqlx::query(&lease_sql)
+            let mut items = sqlx::query(&heads)
                 .bind(now_ms)
-                .bind(owner)
-                .bind(lease_expires_at_ms)
-                .bind(&held_json);
-            if abandoned.is_none() {
-                lease = lease.bind(ABANDONED);
-            }
-            let mut items = lease
+                .bind(&held_json)
                 .fetch_all(&mut *tx)
                 .await?
                 .iter()
-                .map(leased_from_row)
+                .map(|row| leased_from_row(row, owner, lease_expires_at_ms))
                 .collect::<Result<Vec<LeasedItem>>>()?;
+            if !items.is_empty() {
+                sqlx::query(&named)
+                    .bind(crate::batch::in_flight_json(&items))
+                    .bind(owner)
+                    .bind(now_ms)
+                    .persistent(false)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             // An entity has one head; the entities held whose head was not due after all
             // (an older snapshot's candidates) are let go.
             if items.len() < held.len() {
@@ -653,7 +646,8 @@ impl Store {
             };
             // The guard never moves backwards. Every assignment reads the row before the update.
             let released = sqlx::query(
-                "UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL, \
+                "UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL, in_flight_item = NULL, \
+                 in_flight_owner = NULL, in_flight_since_ms = NULL, \
                  applied_version = CASE WHEN $5 IS NOT NULL AND (applied_version IS NULL OR applied_version < $5) \
                    THEN $5 ELSE applied_version END, \
                  applied_version_text = CASE WHEN $5 IS NOT NULL AND (applied_version IS NULL OR applied_version < $5) \
@@ -662,7 +656,7 @@ impl Store {
                    THEN $7 ELSE doubted_version END, \
                  doubted_version_text = CASE WHEN $7 IS NOT NULL AND (doubted_version IS NULL OR doubted_version < $7) \
                    THEN $8 ELSE doubted_version_text END \
-                 WHERE pipeline = $1 AND target = $2 AND entity = $3 AND lease_owner = $4",
+                 WHERE pipeline = $1 AND target = $2 AND entity = $3 AND lease_owner = $4 AND in_flight_item = $9",
             )
             .bind(&item.pipeline)
             .bind(&item.target)
@@ -672,6 +666,7 @@ impl Store {
             .bind(applied_text)
             .bind(doubted)
             .bind(doubted_text)
+            .bind(item.id)
             .persistent(false)
             .execute(&mut *tx)
             .await?
@@ -686,11 +681,10 @@ impl Store {
             let finished_at = matches!(finish.state, "done" | "dead" | "skipped_stale").then_some(now_ms);
             let moved = sqlx::query(
                 "UPDATE outbox SET state = $3, next_attempt_at_ms = $4, in_doubt = $5, record_id = COALESCE($6, record_id), \
-                 last_error = $7, finished_at_ms = $8, lease_owner = NULL, lease_expires_at_ms = NULL \
-                 WHERE id = $1 AND lease_owner = $2",
+                 last_error = $7, finished_at_ms = $8, attempts = $2 WHERE id = $1",
             )
             .bind(item.id)
-            .bind(&item.lease_owner)
+            .bind(item.attempts)
             .bind(finish.state)
             .bind(finish.next_attempt_at_ms)
             .bind(i64::from(finish.in_doubt))
@@ -882,7 +876,8 @@ impl Store {
         })
     }
 
-    /// How many items are in each state, across pipelines.
+    /// How many items are in each state, across pipelines (an item in flight is `pending`
+    /// here: its entity names it, see the module documentation).
     pub async fn item_states(&self) -> Result<Vec<(String, i64)>> {
         read_on_both!(self, pool => {
             Ok(sqlx::query_as("SELECT state, COUNT(*) FROM outbox GROUP BY state ORDER BY state")
@@ -947,9 +942,6 @@ fn guard_from_row((applied, applied_text, doubted, doubted_text): GuardRow) -> E
     EntityGuard { applied: version(applied, applied_text), doubted: version(doubted, doubted_text) }
 }
 
-/// The candidate walk of items left in flight (see [`Store::lease`]).
-const WALK_ABANDONED: i64 = -1;
-
 /// The evidence of an attempt whose worker stopped before recording an outcome.
 const ABANDONED: &str = "the lease ended before its worker recorded an outcome (it stopped, or lost \
     the database): a write may have been sent, so the record is looked up before anything is written";
@@ -958,25 +950,19 @@ const ABANDONED: &str = "the lease ended before its worker recorded an outcome (
 /// write, fresh work and replays take turns.
 static REPLAY_FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Up to `limit` candidates: abandoned items first (they hold nothing up but their own
-/// entity), then the lanes in turn, so that when both are full each gets half the lease.
+/// Up to `limit` candidates, the lanes in turn, so that when both are full each gets half the
+/// lease.
 fn take_in_turn(
     found: Vec<(String, String, String, i64)>,
     limit: usize,
 ) -> Vec<(String, String, String)> {
-    let mut walks: [Vec<(String, String, String)>; 3] = Default::default();
-    for (pipeline, target, entity, walk) in found {
-        let slot = match walk {
-            LANE_FRESH => 1,
-            LANE_REPLAY => 2,
-            _ => 0,
-        };
-        walks[slot].push((pipeline, target, entity));
+    let (mut fresh, mut replay) = (Vec::new(), Vec::new());
+    for (pipeline, target, entity, lane) in found {
+        if lane == LANE_REPLAY { &mut replay } else { &mut fresh }.push((pipeline, target, entity));
     }
-    let [abandoned, fresh, replay] = walks;
-    let mut taken: Vec<_> = abandoned.into_iter().take(limit).collect();
     let (mut fresh, mut replay) = (fresh.into_iter(), replay.into_iter());
     let replay_first = REPLAY_FIRST.fetch_xor(true, std::sync::atomic::Ordering::Relaxed);
+    let mut taken = Vec::with_capacity(limit);
     while taken.len() < limit {
         let (a, b) = if replay_first {
             (replay.next(), fresh.next())
@@ -993,7 +979,12 @@ fn take_in_turn(
     taken
 }
 
-fn leased_from_row<R: Row>(row: &R) -> Result<LeasedItem>
+/// An item taken by the lease `lease_owner`, which lasts until `lease_expires_at_ms`.
+fn leased_from_row<R: Row>(
+    row: &R,
+    lease_owner: &str,
+    lease_expires_at_ms: i64,
+) -> Result<LeasedItem>
 where
     for<'c> &'c str: sqlx::ColumnIndex<R>,
     for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
@@ -1011,8 +1002,8 @@ where
         version_text: row.try_get("version_text")?,
         attempts: row.try_get("attempts")?,
         in_doubt: row.try_get::<i64, _>("in_doubt")? != 0,
-        lease_owner: row.try_get("lease_owner")?,
-        lease_expires_at_ms: row.try_get("lease_expires_at_ms")?,
+        lease_owner: lease_owner.to_owned(),
+        lease_expires_at_ms,
         guard: EntityGuard::default(),
         siblings: row.try_get("siblings")?,
     })

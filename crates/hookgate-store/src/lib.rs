@@ -146,7 +146,7 @@ mod payloads;
 pub use batch::FinishItem;
 pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, EntityGuard, Finish, LANE_FRESH, LANE_PARKED,
-    LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, Walks, state,
+    LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, state,
 };
 pub use intake::{IntakeWriter, POSTGRES_INTAKE};
 pub use operate::{DeadLetter, Pause, PauseKind, ReplayFilter, TargetBacklog};
@@ -586,8 +586,13 @@ impl Store {
     pub async fn outbox_for(&self, event_id: i64) -> Result<Vec<OutboxRecord>> {
         read_on_both!(self, pool => {
             let rows = sqlx::query(
-                "SELECT id, event_id, target, target_index, entity, version, version_text, state, attempts, \
-                 next_attempt_at_ms, in_doubt, record_id, last_error FROM outbox WHERE event_id = $1 ORDER BY target_index",
+                "SELECT o.id, o.event_id, o.target, o.target_index, o.entity, o.version, o.version_text, \
+                 CASE WHEN e.in_flight_item IS NULL THEN o.state ELSE 'in_flight' END AS state, \
+                 o.attempts + CASE WHEN e.in_flight_item IS NULL THEN 0 ELSE 1 END AS attempts, \
+                 o.next_attempt_at_ms, o.in_doubt, o.record_id, o.last_error FROM outbox o \
+                 LEFT JOIN entities e ON e.pipeline = o.pipeline AND e.target = o.target AND e.entity = o.entity \
+                   AND e.in_flight_item = o.id \
+                 WHERE o.event_id = $1 ORDER BY o.target_index",
             )
             .bind(event_id)
             .fetch_all(pool)

@@ -316,7 +316,11 @@ impl Store {
             let Some(last) = backlog.last_mut() else { continue };
             match state.as_str() {
                 "pending" => last.pending += count,
-                "in_flight" => last.in_flight += count,
+                // Items in flight are pending in `outbox`, and counted there too.
+                "in_flight" => {
+                    last.in_flight += count;
+                    last.pending -= count;
+                }
                 _ => last.dead += count,
             }
         }
@@ -324,13 +328,18 @@ impl Store {
     }
 }
 
-/// Each target's unfinished and dead writes, by state. Two arms, each the predicate of one of
-/// PostgreSQL's partial indexes (unfinished, dead), so that each is an index range: one `IN` of
-/// all three states is implied by neither, and was planned as a scan of the table.
+/// Each target's unfinished and dead writes, by state, and its writes in flight. The outbox
+/// arms are each the predicate of one of PostgreSQL's partial indexes (unfinished, dead), so
+/// that each is an index range: one `IN` of all three states is implied by neither, and was
+/// planned as a scan of the table. Writes in flight are named by their entities' rows, which
+/// carry no index on it (so that leases update them in place): that arm reads `entities`,
+/// one short row per entity, and its count is taken from the pending one.
 pub(crate) const TARGET_BACKLOG: &str = "SELECT pipeline, target, state, COUNT(*) FROM outbox \
        WHERE state IN ('pending', 'in_flight') GROUP BY pipeline, target, state \
      UNION ALL SELECT pipeline, target, state, COUNT(*) FROM outbox \
        WHERE state = 'dead' GROUP BY pipeline, target, state \
+     UNION ALL SELECT pipeline, target, 'in_flight', COUNT(*) FROM entities \
+       WHERE in_flight_item IS NOT NULL GROUP BY pipeline, target \
      ORDER BY 1, 2";
 
 /// A page of dead letters, newest first: `$1` pipeline and `$2` target (either may be NULL:
