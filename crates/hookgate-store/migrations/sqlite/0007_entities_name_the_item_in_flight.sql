@@ -20,5 +20,11 @@ INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finis
         COALESCE(leased_at_ms, next_attempt_at_ms), 'lease', 'abandoned',
         'the gateway was upgraded while this write was in flight: a write may have been sent, so the record is looked up before anything is written'
     FROM outbox WHERE state = 'in_flight';
-UPDATE outbox SET state = 'pending', in_doubt = 1, lease_owner = NULL, lease_expires_at_ms = NULL
+UPDATE outbox SET state = 'pending', in_doubt = 1
     WHERE state = 'in_flight';
+
+-- Nothing writes an item's own lease any more: the entity's row holds the lease and names the
+-- item.
+ALTER TABLE outbox DROP COLUMN lease_owner;
+ALTER TABLE outbox DROP COLUMN lease_expires_at_ms;
+ALTER TABLE outbox DROP COLUMN leased_at_ms;
