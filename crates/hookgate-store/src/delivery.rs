@@ -323,12 +323,13 @@ async fn lock_event<T: LockEvent>(tx: &mut T, event_id: i64) -> sqlx::Result<()>
 impl Store {
     /// Leases the heads of up to `limit` entities for `owner` until `lease_expires_at_ms`.
     ///
-    /// Candidates are read first; then, in one transaction, missing entity rows are created
-    /// already held by `owner`, the existing ones nobody holds are claimed (PostgreSQL: `FOR
-    /// UPDATE SKIP LOCKED`, so concurrent leasers skip each other), an item a claimed entity's
-    /// last lease left in flight is settled (see the module documentation), and the head of
-    /// each held entity is chosen, checked again under the claim so that a head chosen from an
-    /// older snapshot is never used, and named on its entity's row. Held entities whose head is
+    /// Candidates are read first; then, in one transaction, the heads of candidates without an
+    /// entity row are read and their rows created, held by `owner` and naming their heads in
+    /// flight; the existing rows nobody holds are claimed (PostgreSQL: `FOR UPDATE SKIP
+    /// LOCKED`, so concurrent leasers skip each other), an item a claimed entity's last lease
+    /// left in flight is settled (see the module documentation), and the head of each claimed
+    /// entity is chosen, checked again under the claim so that a head chosen from an older
+    /// snapshot is never used, and named on its entity's row. Claimed entities whose head is
     /// not due after all are released.
     ///
     /// A leased item may be written at once, within its lease: nothing else is recorded before
@@ -344,10 +345,37 @@ impl Store {
         let postgres = matches!(self, Store::Postgres(_));
         let keys = [("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text")];
         let rows = |param: usize| crate::batch::json_rows(postgres, param, &keys);
-        // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `FROM` as a join constraint.
-        let insert = rows(1)
-            + " INSERT INTO entities (pipeline, target, entity, lease_owner, lease_expires_at_ms) \
-              SELECT v_pipeline, v_target, v_entity, $2, $3 FROM v WHERE true ON CONFLICT DO NOTHING \
+        let not_paused = "NOT EXISTS (SELECT 1 FROM pauses p \
+            WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)";
+        // The heads of candidates without an entity row. Entity rows are never deleted, so
+        // nothing of such an entity was ever leased: nothing is in flight or in doubt, and if
+        // the insert below creates the row, no other leaser has held it since this snapshot
+        // either, so the head read here is the head (writes that arrived since are later).
+        let first_heads = format!(
+            "{} SELECT {ITEM_COLUMNS} FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
+               AND o.entity = v_entity \
+             WHERE NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = v_pipeline AND e.target = v_target \
+               AND e.entity = v_entity) AND {DUE} AND {HEAD} AND {not_paused}",
+            rows(2)
+        );
+        let in_flight_rows = |param: usize| {
+            crate::batch::json_rows(
+                postgres,
+                param,
+                &[
+                    ("v_pipeline", "text"),
+                    ("v_target", "text"),
+                    ("v_entity", "text"),
+                    ("v_id", "bigint"),
+                ],
+            )
+        };
+        // New entity rows, held and naming their heads in flight. `WHERE true`: SQLite reads
+        // `ON CONFLICT` after a bare `FROM` as a join constraint.
+        let insert = in_flight_rows(1)
+            + " INSERT INTO entities (pipeline, target, entity, lease_owner, lease_expires_at_ms, in_flight_item, \
+                in_flight_owner, in_flight_since_ms) \
+              SELECT v_pipeline, v_target, v_entity, $2, $3, v_id, $2, $4 FROM v WHERE true ON CONFLICT DO NOTHING \
               RETURNING pipeline, target, entity";
         // PostgreSQL: the rows are locked first, skipping those another leaser holds, and
         // updated by their physical address, so that the update joins nothing (a join of
@@ -395,28 +423,18 @@ impl Store {
              FROM v WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $1",
             rows(2)
         );
-        // The items this lease takes: the head of each entity in `v` (the entities it now
-        // holds, settled), due at `$1`, not paused.
+        // The items this lease takes of the entities it claimed: the head of each entity in `v`
+        // (settled), due at `$1`, not paused.
         let heads = format!(
             "{} SELECT {ITEM_COLUMNS} FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
                AND o.entity = v_entity \
-             WHERE {DUE} AND {HEAD} AND NOT EXISTS (SELECT 1 FROM pauses p \
-               WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)",
+             WHERE {DUE} AND {HEAD} AND {not_paused}",
             rows(2)
         );
         let named = format!(
             "{} UPDATE entities SET in_flight_item = v_id, in_flight_owner = $2, in_flight_since_ms = $3 FROM v \
              WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $2",
-            crate::batch::json_rows(
-                postgres,
-                1,
-                &[
-                    ("v_pipeline", "text"),
-                    ("v_target", "text"),
-                    ("v_entity", "text"),
-                    ("v_id", "bigint")
-                ]
-            )
+            in_flight_rows(1)
         );
         let release = format!(
             "{} UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL FROM v \
@@ -449,25 +467,45 @@ impl Store {
             candidates.sort();
             candidates.dedup();
             let mut tx = pool.begin().await?;
-            let entities = crate::batch::entities_json(&candidates);
-            let mut held: Vec<EntityKey> = Vec::with_capacity(candidates.len());
-            for row in sqlx::query(&insert)
-                .bind(&entities)
-                .bind(owner)
-                .bind(lease_expires_at_ms)
+            let mut items = sqlx::query(&first_heads)
+                .bind(now_ms)
+                .bind(crate::batch::entities_json(&candidates))
+                .persistent(false)
                 .fetch_all(&mut *tx)
                 .await?
-            {
-                held.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+                .iter()
+                .map(|row| leased_from_row(row, owner, lease_expires_at_ms))
+                .collect::<Result<Vec<LeasedItem>>>()?;
+            if !items.is_empty() {
+                // In the candidates' order, for the same reason.
+                items.sort_by_cached_key(crate::batch::entity_key);
+                let mut created: std::collections::HashSet<EntityKey> = std::collections::HashSet::new();
+                for row in sqlx::query(&insert)
+                    .bind(crate::batch::in_flight_json(&items))
+                    .bind(owner)
+                    .bind(lease_expires_at_ms)
+                    .bind(now_ms)
+                    .fetch_all(&mut *tx)
+                    .await?
+                {
+                    created.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+                }
+                // An entity row made by another leaser since the snapshot: this lease may
+                // still claim it below.
+                items.retain(|item| created.contains(&crate::batch::entity_key(item)));
             }
-            // Entities just created are held already; the others may be free to claim.
+            let taken: std::collections::HashSet<EntityKey> =
+                items.iter().map(crate::batch::entity_key).collect();
+            candidates.retain(|key| !taken.contains(key));
+            // The others may have entity rows free to claim.
+            let mut held: Vec<EntityKey> = Vec::with_capacity(candidates.len());
             let mut left_in_flight: Vec<i64> = Vec::new();
-            if held.len() < candidates.len() {
+            if !candidates.is_empty() {
                 for row in sqlx::query(&claim)
                     .bind(now_ms)
                     .bind(owner)
                     .bind(lease_expires_at_ms)
-                    .bind(&entities)
+                    .bind(crate::batch::entities_json(&candidates))
                     .persistent(false)
                     .fetch_all(&mut *tx)
                     .await?
@@ -476,58 +514,62 @@ impl Store {
                     left_in_flight.extend(row.try_get::<Option<i64>, _>(3)?);
                 }
             }
-            if held.is_empty() {
-                return Ok(Vec::new());
-            }
-            held.sort();
-            let held_json = crate::batch::entities_json(&held);
-            if !left_in_flight.is_empty() {
-                left_in_flight.sort_unstable();
-                let left = crate::batch::ids_json(&left_in_flight);
-                sqlx::query(&abandoned_evidence)
+            if !held.is_empty() {
+                held.sort();
+                let held_json = crate::batch::entities_json(&held);
+                if !left_in_flight.is_empty() {
+                    left_in_flight.sort_unstable();
+                    let left = crate::batch::ids_json(&left_in_flight);
+                    sqlx::query(&abandoned_evidence)
+                        .bind(now_ms)
+                        .bind(ABANDONED)
+                        .bind(&left)
+                        .persistent(false)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(&abandoned_doubt).bind(&left).execute(&mut *tx).await?;
+                    sqlx::query(&abandoned_cleared)
+                        .bind(owner)
+                        .bind(&held_json)
+                        .persistent(false)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let claimed_items = sqlx::query(&heads)
                     .bind(now_ms)
-                    .bind(ABANDONED)
-                    .bind(&left)
-                    .persistent(false)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(&abandoned_doubt).bind(&left).execute(&mut *tx).await?;
-                sqlx::query(&abandoned_cleared)
-                    .bind(owner)
                     .bind(&held_json)
                     .persistent(false)
-                    .execute(&mut *tx)
-                    .await?;
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(|row| leased_from_row(row, owner, lease_expires_at_ms))
+                    .collect::<Result<Vec<LeasedItem>>>()?;
+                if !claimed_items.is_empty() {
+                    sqlx::query(&named)
+                        .bind(crate::batch::in_flight_json(&claimed_items))
+                        .bind(owner)
+                        .bind(now_ms)
+                        .persistent(false)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                // An entity has one head; the entities claimed whose head was not due after
+                // all (an older snapshot's candidates) are let go.
+                if claimed_items.len() < held.len() {
+                    let leased: std::collections::HashSet<EntityKey> =
+                        claimed_items.iter().map(crate::batch::entity_key).collect();
+                    held.retain(|key| !leased.contains(key));
+                    sqlx::query(&release)
+                        .bind(owner)
+                        .bind(crate::batch::entities_json(&held))
+                        .persistent(false)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                items.extend(claimed_items);
             }
-            let mut items = sqlx::query(&heads)
-                .bind(now_ms)
-                .bind(&held_json)
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(|row| leased_from_row(row, owner, lease_expires_at_ms))
-                .collect::<Result<Vec<LeasedItem>>>()?;
-            if !items.is_empty() {
-                sqlx::query(&named)
-                    .bind(crate::batch::in_flight_json(&items))
-                    .bind(owner)
-                    .bind(now_ms)
-                    .persistent(false)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            // An entity has one head; the entities held whose head was not due after all
-            // (an older snapshot's candidates) are let go.
-            if items.len() < held.len() {
-                let leased: std::collections::HashSet<EntityKey> =
-                    items.iter().map(crate::batch::entity_key).collect();
-                held.retain(|key| !leased.contains(key));
-                sqlx::query(&release)
-                    .bind(owner)
-                    .bind(crate::batch::entities_json(&held))
-                    .persistent(false)
-                    .execute(&mut *tx)
-                    .await?;
+            if items.is_empty() {
+                return Ok(Vec::new());
             }
             let versioned: Vec<EntityKey> = items
                 .iter()
