@@ -351,12 +351,18 @@ impl Store {
         // nothing of such an entity was ever leased: nothing is in flight or in doubt, and if
         // the insert below creates the row, no other leaser has held it since this snapshot
         // either, so the head read here is the head (writes that arrived since are later).
-        let first_heads = format!(
-            "{} SELECT {ITEM_COLUMNS} FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
-               AND o.entity = v_entity \
-             WHERE NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = v_pipeline AND e.target = v_target \
-               AND e.entity = v_entity) AND {DUE} AND {HEAD} AND {not_paused}",
-            rows(2)
+        // The head of each entity in `v`, due at `$1`, not paused, and meeting `condition`.
+        let heads_where = |condition: &str| {
+            format!(
+                "{} SELECT {ITEM_COLUMNS} FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
+                   AND o.entity = v_entity \
+                 WHERE {condition} AND {DUE} AND {HEAD} AND {not_paused}",
+                rows(2)
+            )
+        };
+        let first_heads = heads_where(
+            "NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = v_pipeline AND e.target = v_target \
+               AND e.entity = v_entity)",
         );
         let in_flight_rows = |param: usize| {
             crate::batch::json_rows(
@@ -423,14 +429,8 @@ impl Store {
              FROM v WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $1",
             rows(2)
         );
-        // The items this lease takes of the entities it claimed: the head of each entity in `v`
-        // (settled), due at `$1`, not paused.
-        let heads = format!(
-            "{} SELECT {ITEM_COLUMNS} FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
-               AND o.entity = v_entity \
-             WHERE {DUE} AND {HEAD} AND {not_paused}",
-            rows(2)
-        );
+        // The items this lease takes of the entities it claimed (settled by then).
+        let heads = heads_where("true");
         let named = format!(
             "{} UPDATE entities SET in_flight_item = v_id, in_flight_owner = $2, in_flight_since_ms = $3 FROM v \
              WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $2",
