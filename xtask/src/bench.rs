@@ -962,6 +962,14 @@ async fn drain_once(
     }
     drop(server);
     let wal = wal_counters(url).await?.since(wal_before);
+    // Updates that stayed on their page without touching an index (HOT), per table: the
+    // cheap kind, and where a finish's row work goes when they are not.
+    let hot = psql(
+        url,
+        "SELECT string_agg(relname || ' ' || n_tup_hot_upd || '/' || n_tup_upd, ', ' ORDER BY relname) \
+         FROM pg_stat_user_tables WHERE relname IN ('entities', 'events', 'outbox')",
+    )?;
+    println!("    HOT updates of all updates: {hot}");
     let finished = done()? - before;
     println!(
         "    writes per WAL sync {:.1} ({} commits, {} syncs, {finished} writes)",
