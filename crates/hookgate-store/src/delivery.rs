@@ -197,13 +197,14 @@ const HEAD: &str = "NOT EXISTS (SELECT 1 FROM outbox b \
 /// left in flight by a worker that died is due too, and found by the same walk.
 const DUE: &str = "(o.state = 'pending' AND o.next_attempt_at_ms <= $1)";
 
-/// The lease's candidates: `(pipeline, target, entity, lane)` of free entity heads, `$1` the
-/// time, `$2` the most per lane. Each lane is its own range of `outbox_due (state, lane,
-/// next_attempt_at_ms)`, walked in due order and stopped at the limit. Items in flight are
-/// pending and at the front of the range (they were due first): the walk passes them by one
-/// probe of their entity's lease each. An item left in flight by a worker that died is met in
-/// the same walk once its lease has ended. This snapshot's heads are a guess (an item in flight
-/// is not yet settled): the lease chooses again under the claim.
+/// The lease's candidates: the free entity heads, as [`ITEM_COLUMNS`] and their lane (`walk`),
+/// `$1` the time, `$2` the most per lane. Each lane is its own range of `outbox_due (state,
+/// lane, next_attempt_at_ms)`, walked in due order and stopped at the limit. Items in flight
+/// are pending and at the front of the range (they were due first): the walk passes them by
+/// one probe of their entity's lease each. An item left in flight by a worker that died is met
+/// in the same walk once its lease has ended. For an entity that has a row, this snapshot's
+/// head is a guess (an item in flight is not yet settled): the lease chooses again under the
+/// claim. For an entity without one it is the head (see [`Store::lease`]).
 pub(crate) fn lease_candidates_sql() -> String {
     let free = "NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = o.pipeline \
         AND e.target = o.target AND e.entity = o.entity AND e.lease_expires_at_ms > $1) \
@@ -211,7 +212,7 @@ pub(crate) fn lease_candidates_sql() -> String {
         AND p.kind = 'delivery' AND p.target = o.target)";
     let due = |lane: i64| {
         format!(
-            "SELECT * FROM (SELECT o.pipeline, o.target, o.entity, CAST({lane} AS BIGINT) AS walk FROM outbox o \
+            "SELECT * FROM (SELECT {ITEM_COLUMNS}, CAST({lane} AS BIGINT) AS walk FROM outbox o \
                WHERE o.state = 'pending' AND o.lane = {lane} AND o.next_attempt_at_ms <= $1 \
                AND {free} AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}"
         )
@@ -323,14 +324,20 @@ async fn lock_event<T: LockEvent>(tx: &mut T, event_id: i64) -> sqlx::Result<()>
 impl Store {
     /// Leases the heads of up to `limit` entities for `owner` until `lease_expires_at_ms`.
     ///
-    /// Candidates are read first; then, in one transaction, the heads of candidates without an
-    /// entity row are read and their rows created, held by `owner` and naming their heads in
-    /// flight; the existing rows nobody holds are claimed (PostgreSQL: `FOR UPDATE SKIP
-    /// LOCKED`, so concurrent leasers skip each other), an item a claimed entity's last lease
-    /// left in flight is settled (see the module documentation), and the head of each claimed
-    /// entity is chosen, checked again under the claim so that a head chosen from an older
-    /// snapshot is never used, and named on its entity's row. Claimed entities whose head is
-    /// not due after all are released.
+    /// Candidates (free entity heads in one snapshot) are read first; then, in one transaction,
+    /// entity rows are created for candidates whose entity has none, held by `owner` and
+    /// naming the snapshot's head in flight; the existing rows nobody holds are claimed
+    /// (PostgreSQL: `FOR UPDATE SKIP LOCKED`, so concurrent leasers skip each other), an item
+    /// a claimed entity's last lease left in flight is settled (see the module
+    /// documentation), and the head of each claimed entity is chosen, checked again under the
+    /// claim so that a head chosen from an older snapshot is never used, and named on its
+    /// entity's row. Claimed entities whose head is not due after all are released.
+    ///
+    /// A created row needs no second look: entity rows are never deleted, so an entity whose
+    /// row this lease creates was never leased. Nothing of it was ever in flight or in doubt
+    /// (only a lease makes an item so, and a replayed dead letter was leased once), so its head
+    /// in the snapshot is the earliest unfinished item then, and what intake added since is
+    /// later in any case.
     ///
     /// A leased item may be written at once, within its lease: nothing else is recorded before
     /// its call.
@@ -341,29 +348,11 @@ impl Store {
         lease_expires_at_ms: i64,
         limit: i64,
     ) -> Result<Vec<LeasedItem>> {
-        let candidates_sql = lease_candidates_sql();
         let postgres = matches!(self, Store::Postgres(_));
         let keys = [("v_pipeline", "text"), ("v_target", "text"), ("v_entity", "text")];
         let rows = |param: usize| crate::batch::json_rows(postgres, param, &keys);
         let not_paused = "NOT EXISTS (SELECT 1 FROM pauses p \
             WHERE p.pipeline = o.pipeline AND p.kind = 'delivery' AND p.target = o.target)";
-        // The heads of candidates without an entity row. Entity rows are never deleted, so
-        // nothing of such an entity was ever leased: nothing is in flight or in doubt, and if
-        // the insert below creates the row, no other leaser has held it since this snapshot
-        // either, so the head read here is the head (writes that arrived since are later).
-        // The head of each entity in `v`, due at `$1`, not paused, and meeting `condition`.
-        let heads_where = |condition: &str| {
-            format!(
-                "{} SELECT {ITEM_COLUMNS} FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
-                   AND o.entity = v_entity \
-                 WHERE {condition} AND {DUE} AND {HEAD} AND {not_paused}",
-                rows(2)
-            )
-        };
-        let first_heads = heads_where(
-            "NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = v_pipeline AND e.target = v_target \
-               AND e.entity = v_entity)",
-        );
         let in_flight_rows = |param: usize| {
             crate::batch::json_rows(
                 postgres,
@@ -376,8 +365,9 @@ impl Store {
                 ],
             )
         };
-        // New entity rows, held and naming their heads in flight. `WHERE true`: SQLite reads
-        // `ON CONFLICT` after a bare `FROM` as a join constraint.
+        // New entity rows, held and naming the snapshot's heads in flight; a row that exists
+        // is left alone (its entity goes to the claim). `WHERE true`: SQLite reads `ON
+        // CONFLICT` after a bare `FROM` as a join constraint.
         let insert = in_flight_rows(1)
             + " INSERT INTO entities (pipeline, target, entity, lease_owner, lease_expires_at_ms, in_flight_item, \
                 in_flight_owner, in_flight_since_ms) \
@@ -429,8 +419,14 @@ impl Store {
              FROM v WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $1",
             rows(2)
         );
-        // The items this lease takes of the entities it claimed (settled by then).
-        let heads = heads_where("true");
+        // The items this lease takes of the entities it claimed (settled by then): the head
+        // of each entity in `v`, due at `$1`, not paused.
+        let claimed_heads = format!(
+            "{} SELECT {ITEM_COLUMNS} FROM v JOIN outbox o ON o.pipeline = v_pipeline AND o.target = v_target \
+               AND o.entity = v_entity \
+             WHERE {DUE} AND {HEAD} AND {not_paused}",
+            rows(2)
+        );
         let named = format!(
             "{} UPDATE entities SET in_flight_item = v_id, in_flight_owner = $2, in_flight_since_ms = $3 FROM v \
              WHERE pipeline = v_pipeline AND target = v_target AND entity = v_entity AND lease_owner = $2",
@@ -449,55 +445,44 @@ impl Store {
         );
         // A snapshot read: on SQLite it goes to a reader, so that the one writer is not held
         // while the backlog is searched; the claim below checks again.
-        let found: Vec<(String, String, String, i64)> = read_on_both!(self, pool => {
-            sqlx::query_as(&candidates_sql)
+        let found: Vec<(LeasedItem, i64)> = read_on_both!(self, pool => {
+            sqlx::query(&lease_candidates_sql())
                 .bind(now_ms)
                 .bind(limit)
                 .persistent(false)
                 .fetch_all(pool)
                 .await?
+                .iter()
+                .map(|row| Ok((leased_from_row(row, owner, lease_expires_at_ms)?, row.try_get("walk")?)))
+                .collect::<Result<Vec<_>>>()?
         });
-        let mut candidates = take_in_turn(found, usize::try_from(limit).unwrap_or(0));
+        let mut heads = take_in_turn(found, usize::try_from(limit).unwrap_or(0));
         on_both!(self, pool => {
-            if candidates.is_empty() {
+            if heads.is_empty() {
                 return Ok(Vec::new());
             }
             // One order for every leaser, so concurrent inserts of new entity rows cannot
-            // wait on each other in a cycle.
-            candidates.sort();
-            candidates.dedup();
+            // wait on each other in a cycle. (A snapshot has one head per entity.)
+            heads.sort_by_cached_key(crate::batch::entity_key);
+            heads.dedup_by(|a, b| crate::batch::entity_key(a) == crate::batch::entity_key(b));
             let mut tx = pool.begin().await?;
-            let mut items = sqlx::query(&first_heads)
+            let mut created: std::collections::HashSet<EntityKey> = std::collections::HashSet::new();
+            for row in sqlx::query(&insert)
+                .bind(crate::batch::in_flight_json(&heads))
+                .bind(owner)
+                .bind(lease_expires_at_ms)
                 .bind(now_ms)
-                .bind(crate::batch::entities_json(&candidates))
-                .persistent(false)
                 .fetch_all(&mut *tx)
                 .await?
-                .iter()
-                .map(|row| leased_from_row(row, owner, lease_expires_at_ms))
-                .collect::<Result<Vec<LeasedItem>>>()?;
-            if !items.is_empty() {
-                // In the candidates' order, for the same reason.
-                items.sort_by_cached_key(crate::batch::entity_key);
-                let mut created: std::collections::HashSet<EntityKey> = std::collections::HashSet::new();
-                for row in sqlx::query(&insert)
-                    .bind(crate::batch::in_flight_json(&items))
-                    .bind(owner)
-                    .bind(lease_expires_at_ms)
-                    .bind(now_ms)
-                    .fetch_all(&mut *tx)
-                    .await?
-                {
-                    created.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
-                }
-                // An entity row made by another leaser since the snapshot: this lease may
-                // still claim it below.
-                items.retain(|item| created.contains(&crate::batch::entity_key(item)));
+            {
+                created.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
             }
-            let taken: std::collections::HashSet<EntityKey> =
-                items.iter().map(crate::batch::entity_key).collect();
-            candidates.retain(|key| !taken.contains(key));
-            // The others may have entity rows free to claim.
+            // The others have entity rows (some made by another leaser since the snapshot):
+            // this lease may still claim those that are free.
+            let (mut items, others): (Vec<LeasedItem>, Vec<LeasedItem>) = heads
+                .into_iter()
+                .partition(|item| created.contains(&crate::batch::entity_key(item)));
+            let candidates: Vec<EntityKey> = others.iter().map(crate::batch::entity_key).collect();
             let mut held: Vec<EntityKey> = Vec::with_capacity(candidates.len());
             let mut left_in_flight: Vec<i64> = Vec::new();
             if !candidates.is_empty() {
@@ -535,7 +520,7 @@ impl Store {
                         .execute(&mut *tx)
                         .await?;
                 }
-                let claimed_items = sqlx::query(&heads)
+                let claimed_items = sqlx::query(&claimed_heads)
                     .bind(now_ms)
                     .bind(&held_json)
                     .persistent(false)
@@ -928,6 +913,21 @@ impl Store {
         })
     }
 
+    /// Attempts that name an item or an event that is not there: none, unless a statement
+    /// wrote evidence for the wrong row. On PostgreSQL no foreign key holds this since
+    /// migration `0009` (see there); the store's tests and `cargo xtask chaos` check it.
+    pub async fn orphaned_attempts(&self) -> Result<i64> {
+        read_on_both!(self, pool => {
+            Ok(sqlx::query_scalar(
+                "SELECT COUNT(*) FROM attempts a \
+                 WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = a.outbox_id AND o.event_id = a.event_id) \
+                    OR NOT EXISTS (SELECT 1 FROM events e WHERE e.id = a.event_id)",
+            )
+            .fetch_one(pool)
+            .await?)
+        })
+    }
+
     /// Items still to do (pending or in flight), across pipelines: zero means drained.
     pub async fn unfinished_items(&self) -> Result<i64> {
         read_on_both!(self, pool => {
@@ -994,13 +994,10 @@ static REPLAY_FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 
 /// Up to `limit` candidates, the lanes in turn, so that when both are full each gets half the
 /// lease.
-fn take_in_turn(
-    found: Vec<(String, String, String, i64)>,
-    limit: usize,
-) -> Vec<(String, String, String)> {
+fn take_in_turn<T>(found: Vec<(T, i64)>, limit: usize) -> Vec<T> {
     let (mut fresh, mut replay) = (Vec::new(), Vec::new());
-    for (pipeline, target, entity, lane) in found {
-        if lane == LANE_REPLAY { &mut replay } else { &mut fresh }.push((pipeline, target, entity));
+    for (candidate, lane) in found {
+        if lane == LANE_REPLAY { &mut replay } else { &mut fresh }.push(candidate);
     }
     let (mut fresh, mut replay) = (fresh.into_iter(), replay.into_iter());
     let replay_first = REPLAY_FIRST.fetch_xor(true, std::sync::atomic::Ordering::Relaxed);
