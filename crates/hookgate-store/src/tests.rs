@@ -14,12 +14,38 @@ where
     let dir = tempfile::tempdir().unwrap();
     let sqlite = Store::connect(&sqlite_url(dir.path()), &StoreOptions::default()).await.unwrap();
     test(sqlite.clone()).await;
+    assert_eq!(sqlite.orphaned_attempts().await.unwrap(), 0, "SQLite: evidence of no item");
     sqlite.close().await;
 
     let url = fresh_postgres_database().await;
     let postgres = Store::connect(&url, &StoreOptions::default()).await.unwrap();
     test(postgres.clone()).await;
+    // No foreign key holds this on PostgreSQL (migration 0009): every test checks it.
+    assert_eq!(postgres.orphaned_attempts().await.unwrap(), 0, "PostgreSQL: evidence of no item");
     postgres.close().await;
+    drop_postgres_database(&url).await;
+}
+
+#[tokio::test]
+async fn attempts_naming_a_missing_item_or_event_are_counted() {
+    // PostgreSQL only: SQLite's foreign keys refuse such rows.
+    let url = fresh_postgres_database().await;
+    let store = Store::connect(&url, &StoreOptions::default()).await.unwrap();
+    let id = item(&store, "a", "A", None, 10).await;
+    let Store::Postgres(pool) = &store else { unreachable!("a PostgreSQL store") };
+    let attempt = "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms) VALUES ($1, $2, 1, 'w', 0)";
+    let event_id: i64 = sqlx::query_scalar("SELECT event_id FROM outbox WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    sqlx::query(attempt).bind(id).bind(event_id).execute(pool).await.unwrap();
+    assert_eq!(store.orphaned_attempts().await.unwrap(), 0);
+    for (outbox_id, event_id) in [(id + 1000, event_id), (id, event_id + 1000)] {
+        sqlx::query(attempt).bind(outbox_id).bind(event_id).execute(pool).await.unwrap();
+    }
+    assert_eq!(store.orphaned_attempts().await.unwrap(), 2);
+    store.close().await;
     drop_postgres_database(&url).await;
 }
 

@@ -133,6 +133,9 @@ struct RunReport {
     faults_injected: BTreeMap<String, BTreeMap<String, u64>>,
     /// Outbox items by state at the end, from hookgate's tables (for the record only).
     hookgate_items: BTreeMap<String, i64>,
+    /// Attempts naming an item or event that is not there (PostgreSQL keeps no foreign key
+    /// for them): must be none.
+    orphaned_attempts: i64,
     drained: bool,
     intake: IntakeVerdict,
     crms: BTreeMap<String, CrmVerdict>,
@@ -385,6 +388,7 @@ async fn run_backend(binary: &Path, options: &Options, backend: Backend) -> Resu
     })
     .await?;
     let hookgate_items = store.item_states().await?.into_iter().collect();
+    let orphaned_attempts = store.orphaned_attempts().await?;
     store.close().await;
     if backend == Backend::Postgres {
         hookgate_store::testing::drop_postgres_database(&direct_url).await;
@@ -419,7 +423,8 @@ async fn run_backend(binary: &Path, options: &Options, backend: Backend) -> Resu
         ("hubspot".to_owned(), verdict::judge_crm(&sent, &hubspot_log)),
         ("salesforce".to_owned(), verdict::judge_crm(&sent, &salesforce_log)),
     ]);
-    let holds = drained && intake.holds() && crms.values().all(CrmVerdict::holds);
+    let holds =
+        drained && orphaned_attempts == 0 && intake.holds() && crms.values().all(CrmVerdict::holds);
     Ok(RunReport {
         backend,
         processes,
@@ -434,6 +439,7 @@ async fn run_backend(binary: &Path, options: &Options, backend: Backend) -> Resu
             ("salesforce".to_owned(), salesforce.injected()),
         ]),
         hookgate_items,
+        orphaned_attempts,
         drained,
         intake,
         crms,
@@ -742,7 +748,11 @@ fn print_run(run: &RunReport) {
     let operator: Vec<String> = run.operator.iter().map(|(a, n)| format!("{a}: {n}")).collect();
     println!("  operator: {}", operator.join(", "));
     let items: Vec<String> = run.hookgate_items.iter().map(|(s, n)| format!("{s} {n}")).collect();
-    println!("  hookgate's writes: {}", items.join(", "));
+    println!(
+        "  hookgate's writes: {}; attempts naming no item: {}",
+        items.join(", "),
+        run.orphaned_attempts
+    );
     for (crm, verdict) in &run.crms {
         let faults: u64 = run.faults_injected.get(crm).map(|f| f.values().sum()).unwrap_or(0);
         println!(
