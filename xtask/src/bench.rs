@@ -514,11 +514,10 @@ fn pgbench(
     Ok(Pgbench { rate, latencies })
 }
 
-/// Sends signed deliveries at `rate` per second for `seconds`, whatever the answers' pace
-/// (open loop); latencies count from each request's scheduled time, so a stall is not hidden.
-/// Open loop: deliveries scheduled at `rate` a second for `seconds`, sent by `OPEN_LOOP_CLIENTS`
-/// connections as pgbench `-R` sends transactions by its clients, each latency counted from
-/// the delivery's scheduled time (so a server that falls behind is charged for the wait).
+/// Open loop: deliveries scheduled at `rate` a second for `seconds` (evenly; pgbench `-R`
+/// draws its gaps at random around the same mean), sent by `OPEN_LOOP_CLIENTS` connections as
+/// pgbench `-R` sends transactions by its clients, each latency counted from the delivery's
+/// scheduled time, so a server that falls behind is charged for the wait.
 async fn fire_open(base: &str, first_key: usize, rate: f64, seconds: u64) -> Result<Vec<Duration>> {
     let (body, signature) = signed_body();
     let count = (rate * seconds as f64) as usize;
@@ -961,14 +960,15 @@ async fn drain_once(
              FROM events, generate_series(1, {total}) AS g WHERE event_key = 'template'; \
              INSERT INTO outbox (event_id, pipeline, target, target_index, entity, state, next_attempt_at_ms, created_at_ms, siblings) \
              SELECT id, pipeline, 't', 0, event_key, 'pending', received_at_ms, received_at_ms, 1 \
-             FROM events WHERE event_key LIKE 'seed-%'; \
-             ANALYZE; CHECKPOINT;"
+             FROM events WHERE event_key LIKE 'seed-%';"
         ),
     )?;
-    // The checkpoint writes the seeding's pages back now: otherwise a million seeded rows
-    // leave about a gigabyte of WAL, whose checkpoint runs during the timed drain and makes
-    // the first change of every page after it log a full-page image, a cost of the seeding
-    // that only the large backlogs would pay.
+    // After the seeding's commit (one `psql -c` is one transaction), a checkpoint writes its
+    // pages back now: otherwise a million seeded rows leave about a gigabyte of WAL, whose
+    // checkpoint runs during the timed drain and makes the first change of every page after
+    // it log a full-page image, a cost of the seeding that only the large backlogs would pay.
+    psql(url, "ANALYZE")?;
+    psql(url, "CHECKPOINT")?;
     println!("    seeded {total} pending writes in {:.1} s", seeding.elapsed().as_secs_f64());
     let done = || -> Result<usize> {
         Ok(psql(url, "SELECT count(*) FROM outbox WHERE state = 'done'")?.parse()?)

@@ -32,8 +32,10 @@
 //! - otherwise the earliest item (by version, then id; by id alone without versions).
 //!
 //! An item is in flight only under its entity's lease, which needs it to be the head, and the
-//! rule is applied under a lease, after the settling: nothing else of the entity is leased
-//! while an item is in flight, and an abandoned one counts as in doubt from then on. So while
+//! rule is applied under a lease, after the settling (or, for an entity whose first lease this
+//! is, in the snapshot that lease creates the entity's row after: see [`Store::lease`]):
+//! nothing else of the entity is leased while an item is in flight, and an abandoned one
+//! counts as in doubt from then on. So while
 //! an item is in doubt nothing else of its entity is written, and lookups compare against a
 //! record only that write could have changed.
 
@@ -197,24 +199,28 @@ const HEAD: &str = "NOT EXISTS (SELECT 1 FROM outbox b \
 /// left in flight by a worker that died is due too, and found by the same walk.
 const DUE: &str = "(o.state = 'pending' AND o.next_attempt_at_ms <= $1)";
 
-/// The lease's candidates: the free entity heads, as [`ITEM_COLUMNS`] and their lane (`walk`),
-/// `$1` the time, `$2` the most per lane. Each lane is its own range of `outbox_due (state,
+/// The lease's candidates: the free entity heads, as [`ITEM_COLUMNS`], their lane (`walk`) and
+/// whether their entity has no row yet (`new_entity`, 1 or 0), `$1` the time, `$2` the most per
+/// lane. Each lane is its own range of `outbox_due (state,
 /// lane, next_attempt_at_ms)`, walked in due order and stopped at the limit. Items in flight
 /// are pending and at the front of the range (they were due first): the walk passes them by
-/// one probe of their entity's lease each. An item left in flight by a worker that died is met
-/// in the same walk once its lease has ended. For an entity that has a row, this snapshot's
-/// head is a guess (an item in flight is not yet settled): the lease chooses again under the
-/// claim. For an entity without one it is the head (see [`Store::lease`]).
+/// one probe of their entity's row each, which tells both whether the entity is free and
+/// whether it has a row. An item left in flight by a worker that died is met in the same walk
+/// once its lease has ended. For an entity that has a row, this snapshot's head is a guess (an
+/// item in flight is not yet settled): the lease chooses again under the claim. For an entity
+/// without one it is the head (see [`Store::lease`]).
 pub(crate) fn lease_candidates_sql() -> String {
-    let free = "NOT EXISTS (SELECT 1 FROM entities e WHERE e.pipeline = o.pipeline \
-        AND e.target = o.target AND e.entity = o.entity AND e.lease_expires_at_ms > $1) \
-        AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.pipeline = o.pipeline \
-        AND p.kind = 'delivery' AND p.target = o.target)";
     let due = |lane: i64| {
         format!(
-            "SELECT * FROM (SELECT {ITEM_COLUMNS}, CAST({lane} AS BIGINT) AS walk FROM outbox o \
-               WHERE o.state = 'pending' AND o.lane = {lane} AND o.next_attempt_at_ms <= $1 \
-               AND {free} AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}"
+            "SELECT * FROM (SELECT {ITEM_COLUMNS}, CAST({lane} AS BIGINT) AS walk, \
+               CAST(CASE WHEN e.pipeline IS NULL THEN 1 ELSE 0 END AS BIGINT) AS new_entity \
+             FROM outbox o LEFT JOIN entities e \
+               ON e.pipeline = o.pipeline AND e.target = o.target AND e.entity = o.entity \
+             WHERE o.state = 'pending' AND o.lane = {lane} AND o.next_attempt_at_ms <= $1 \
+               AND (e.lease_expires_at_ms IS NULL OR e.lease_expires_at_ms <= $1) \
+               AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.pipeline = o.pipeline \
+                 AND p.kind = 'delivery' AND p.target = o.target) \
+               AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}"
         )
     };
     format!("{} UNION ALL {}", due(LANE_FRESH), due(LANE_REPLAY))
@@ -295,8 +301,8 @@ impl LockEvents for sqlx::Transaction<'_, sqlx::Sqlite> {
 /// SQLite's one writer serializes them already.
 ///
 /// `FOR NO KEY UPDATE`, the lock the state update takes anyway: two finishes wait for each
-/// other, but a foreign key check (an attempt inserted for the event takes `KEY SHARE`) does
-/// not wait, so beginning calls and finishing items in two batches cannot deadlock.
+/// other, but a `KEY SHARE` lock (a foreign key check of a row that references the event) does
+/// not wait on it, so leases and finish batches cannot deadlock on events.
 trait LockEvent {
     async fn lock_event(&mut self, event_id: i64) -> sqlx::Result<()>;
 }
@@ -324,20 +330,23 @@ async fn lock_event<T: LockEvent>(tx: &mut T, event_id: i64) -> sqlx::Result<()>
 impl Store {
     /// Leases the heads of up to `limit` entities for `owner` until `lease_expires_at_ms`.
     ///
-    /// Candidates (free entity heads in one snapshot) are read first; then, in one transaction,
-    /// entity rows are created for candidates whose entity has none, held by `owner` and
-    /// naming the snapshot's head in flight; the existing rows nobody holds are claimed
-    /// (PostgreSQL: `FOR UPDATE SKIP LOCKED`, so concurrent leasers skip each other), an item
-    /// a claimed entity's last lease left in flight is settled (see the module
-    /// documentation), and the head of each claimed entity is chosen, checked again under the
-    /// claim so that a head chosen from an older snapshot is never used, and named on its
-    /// entity's row. Claimed entities whose head is not due after all are released.
+    /// Candidates (free entity heads in one snapshot, and whether their entity has a row) are
+    /// read first; then, in one transaction, entity rows are created for candidates whose
+    /// entity had none (unless their target was paused since), held by `owner` and naming the
+    /// snapshot's head in flight; the existing rows nobody holds are claimed (PostgreSQL: `FOR
+    /// UPDATE SKIP LOCKED`, so concurrent leasers skip each other), an item a claimed entity's
+    /// last lease left in flight is settled (see the module documentation), and the head of
+    /// each claimed entity is chosen, checked again under the claim so that a head chosen from
+    /// an older snapshot is never used, and named on its entity's row. Claimed entities whose
+    /// head is not due after all are released.
     ///
-    /// A created row needs no second look: entity rows are never deleted, so an entity whose
-    /// row this lease creates was never leased. Nothing of it was ever in flight or in doubt
-    /// (only a lease makes an item so, and a replayed dead letter was leased once), so its head
-    /// in the snapshot is the earliest unfinished item then, and what intake added since is
-    /// later in any case.
+    /// A created row needs no second look at its head: entity rows are never deleted, so an
+    /// entity whose row this lease creates was never leased, and no lease changed its items
+    /// between the snapshot and now. The snapshot applied the head rule to the items' own
+    /// columns (`in_doubt` included), and what the claim adds to it, settling an item named in
+    /// flight on the entity's row, has nothing to settle without a row. Intake may have added
+    /// an item since, even an older version: the lease is then as if it had come just before
+    /// that delivery, whose older version the version guard skips.
     ///
     /// A leased item may be written at once, within its lease: nothing else is recorded before
     /// its call.
@@ -365,14 +374,17 @@ impl Store {
                 ],
             )
         };
-        // New entity rows, held and naming the snapshot's heads in flight; a row that exists
-        // is left alone (its entity goes to the claim). `WHERE true`: SQLite reads `ON
-        // CONFLICT` after a bare `FROM` as a join constraint.
+        // New entity rows, held and naming the snapshot's heads in flight, unless their target
+        // was paused since the walk; a row made meanwhile by another leaser is left alone (its
+        // entity goes to the claim). (A `WHERE` is needed anyway: SQLite reads `ON CONFLICT`
+        // after a bare `FROM` as a join constraint.)
         let insert = in_flight_rows(1)
             + " INSERT INTO entities (pipeline, target, entity, lease_owner, lease_expires_at_ms, in_flight_item, \
                 in_flight_owner, in_flight_since_ms) \
-              SELECT v_pipeline, v_target, v_entity, $2, $3, v_id, $2, $4 FROM v WHERE true ON CONFLICT DO NOTHING \
-              RETURNING pipeline, target, entity";
+              SELECT v_pipeline, v_target, v_entity, $2, $3, v_id, $2, $4 FROM v \
+              WHERE NOT EXISTS (SELECT 1 FROM pauses p WHERE p.pipeline = v_pipeline AND p.kind = 'delivery' \
+                AND p.target = v_target) \
+              ON CONFLICT DO NOTHING RETURNING pipeline, target, entity";
         // PostgreSQL: the rows are locked first, skipping those another leaser holds, and
         // updated by their physical address, so that the update joins nothing (a join of
         // the locked rows back to `entities` by key was planned as a scan of the table).
@@ -445,7 +457,7 @@ impl Store {
         );
         // A snapshot read: on SQLite it goes to a reader, so that the one writer is not held
         // while the backlog is searched; the claim below checks again.
-        let found: Vec<(LeasedItem, i64)> = read_on_both!(self, pool => {
+        let found: Vec<((LeasedItem, bool), i64)> = read_on_both!(self, pool => {
             sqlx::query(&lease_candidates_sql())
                 .bind(now_ms)
                 .bind(limit)
@@ -453,7 +465,11 @@ impl Store {
                 .fetch_all(pool)
                 .await?
                 .iter()
-                .map(|row| Ok((leased_from_row(row, owner, lease_expires_at_ms)?, row.try_get("walk")?)))
+                .map(|row| {
+                    let item = leased_from_row(row, owner, lease_expires_at_ms)?;
+                    let new_entity = row.try_get::<i64, _>("new_entity")? != 0;
+                    Ok(((item, new_entity), row.try_get("walk")?))
+                })
                 .collect::<Result<Vec<_>>>()?
         });
         let mut heads = take_in_turn(found, usize::try_from(limit).unwrap_or(0));
@@ -463,26 +479,34 @@ impl Store {
             }
             // One order for every leaser, so concurrent inserts of new entity rows cannot
             // wait on each other in a cycle. (A snapshot has one head per entity.)
-            heads.sort_by_cached_key(crate::batch::entity_key);
-            heads.dedup_by(|a, b| crate::batch::entity_key(a) == crate::batch::entity_key(b));
+            heads.sort_by_cached_key(|(item, _)| crate::batch::entity_key(item));
+            heads.dedup_by(|(a, _), (b, _)| crate::batch::entity_key(a) == crate::batch::entity_key(b));
+            // Entities with a row go to the claim, which skips rows another leaser holds:
+            // an insert over an existing row would wait for whoever is changing it.
+            let (new, existing): (Vec<_>, Vec<_>) = heads.into_iter().partition(|(_, new)| *new);
+            let new: Vec<LeasedItem> = new.into_iter().map(|(item, _)| item).collect();
+            let mut candidates: Vec<EntityKey> =
+                existing.iter().map(|(item, _)| crate::batch::entity_key(item)).collect();
             let mut tx = pool.begin().await?;
             let mut created: std::collections::HashSet<EntityKey> = std::collections::HashSet::new();
-            for row in sqlx::query(&insert)
-                .bind(crate::batch::in_flight_json(&heads))
-                .bind(owner)
-                .bind(lease_expires_at_ms)
-                .bind(now_ms)
-                .fetch_all(&mut *tx)
-                .await?
-            {
-                created.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+            if !new.is_empty() {
+                for row in sqlx::query(&insert)
+                    .bind(crate::batch::in_flight_json(&new))
+                    .bind(owner)
+                    .bind(lease_expires_at_ms)
+                    .bind(now_ms)
+                    .fetch_all(&mut *tx)
+                    .await?
+                {
+                    created.insert((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+                }
             }
-            // The others have entity rows (some made by another leaser since the snapshot):
-            // this lease may still claim those that are free.
-            let (mut items, others): (Vec<LeasedItem>, Vec<LeasedItem>) = heads
+            // A row made by another leaser since the snapshot: this lease may still claim it.
+            let (mut items, made_meanwhile): (Vec<LeasedItem>, Vec<LeasedItem>) = new
                 .into_iter()
                 .partition(|item| created.contains(&crate::batch::entity_key(item)));
-            let candidates: Vec<EntityKey> = others.iter().map(crate::batch::entity_key).collect();
+            candidates.extend(made_meanwhile.iter().map(crate::batch::entity_key));
+            candidates.sort();
             let mut held: Vec<EntityKey> = Vec::with_capacity(candidates.len());
             let mut left_in_flight: Vec<i64> = Vec::new();
             if !candidates.is_empty() {
@@ -862,42 +886,68 @@ impl Store {
         })
     }
 
-    /// Deletes a pipeline's finished events received before `cutoff_ms` (never one with an
-    /// item still to do), with their items, attempts and deliveries, and rejected deliveries
-    /// as old. Returns the number of events deleted.
+    /// Deletes up to [`SWEEP_BATCH`] of a pipeline's finished events received before
+    /// `cutoff_ms` (never one with an item still to do), with their items, attempts and
+    /// deliveries, and rejected deliveries as old. Returns the number of events deleted: call
+    /// again while it is [`SWEEP_BATCH`] (an event chosen but found unfinished on the second
+    /// look is left for the next sweep).
+    ///
+    /// The events are chosen once, and everything is deleted by their ids: a statement that
+    /// chose again would see events finished since the first choice, and delete their items
+    /// and the events without the attempts deleted before (PostgreSQL keeps no foreign key
+    /// from attempts since migration `0009`).
     pub async fn sweep(&self, pipeline: &str, cutoff_ms: i64) -> Result<u64> {
-        // PostgreSQL: the events first, in the order `purge_payloads` locks them, so that a
-        // sweep and a purge on two gateways wait for each other instead of deadlocking.
-        let lock = matches!(self, Store::Postgres(_));
+        // PostgreSQL: the events are locked in the order `purge_payloads` locks them, so that a
+        // sweep and a purge on two gateways wait for each other instead of deadlocking, and
+        // their work is looked at again in a new statement (a new snapshot): a replay that
+        // committed meanwhile is seen, one that starts later waits for the sweep (it locks the
+        // event first) and then finds nothing. SQLite: one writer.
+        let postgres = matches!(self, Store::Postgres(_));
+        let lock = if postgres { " FOR UPDATE" } else { "" };
+        let finished = "state IN ('done', 'dead') \
+            AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id AND outbox.state IN ('pending', 'in_flight'))";
+        let ids = crate::batch::json_rows(postgres, 1, &[("v_id", "bigint")]);
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
-            let old = "SELECT id FROM events WHERE pipeline = $1 AND received_at_ms < $2 AND state IN ('done', 'dead') \
-                       AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id AND outbox.state IN ('pending', 'in_flight'))";
-            if lock {
-                sqlx::query(&format!("{old} ORDER BY received_at_ms, id FOR UPDATE"))
-                    .bind(pipeline)
-                    .bind(cutoff_ms)
+            let candidates: Vec<i64> = sqlx::query_scalar(&format!(
+                "SELECT id FROM events WHERE pipeline = $1 AND received_at_ms < $2 AND {finished} \
+                 ORDER BY received_at_ms, id LIMIT $3{lock}"
+            ))
+            .bind(pipeline)
+            .bind(cutoff_ms)
+            .bind(SWEEP_BATCH)
+            .fetch_all(&mut *tx)
+            .await?;
+            let old: Vec<i64> = if candidates.is_empty() {
+                Vec::new()
+            } else {
+                sqlx::query_scalar(&format!(
+                    "{ids} SELECT id FROM events WHERE id IN (SELECT v_id FROM v) AND {finished}"
+                ))
+                .bind(crate::batch::ids_json(&candidates))
+                .fetch_all(&mut *tx)
+                .await?
+            };
+            let mut deleted = 0;
+            if !old.is_empty() {
+                let old = crate::batch::ids_json(&old);
+                for table in ["attempts", "outbox", "deliveries"] {
+                    sqlx::query(&format!("{ids} DELETE FROM {table} WHERE event_id IN (SELECT v_id FROM v)"))
+                        .bind(&old)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                deleted = sqlx::query(&format!("{ids} DELETE FROM events WHERE id IN (SELECT v_id FROM v)"))
+                    .bind(&old)
                     .execute(&mut *tx)
-                    .await?;
-            }
-            for table in ["attempts", "outbox", "deliveries"] {
-                sqlx::query(&format!("DELETE FROM {table} WHERE event_id IN ({old})"))
-                    .bind(pipeline)
-                    .bind(cutoff_ms)
-                    .execute(&mut *tx)
-                    .await?;
+                    .await?
+                    .rows_affected();
             }
             sqlx::query("DELETE FROM deliveries WHERE pipeline = $1 AND event_id IS NULL AND received_at_ms < $2")
                 .bind(pipeline)
                 .bind(cutoff_ms)
                 .execute(&mut *tx)
                 .await?;
-            let deleted = sqlx::query(&format!("DELETE FROM events WHERE id IN ({old})"))
-                .bind(pipeline)
-                .bind(cutoff_ms)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
             tx.commit().await?;
             Ok(deleted)
         })
@@ -962,6 +1012,9 @@ impl Store {
         PoolUsage { in_use: size - idle, idle, max }
     }
 }
+
+/// Events deleted per [`Store::sweep`]: short transactions, and a bounded list of ids.
+pub const SWEEP_BATCH: i64 = 500;
 
 /// The lane of fresh work (every write intake creates).
 pub const LANE_FRESH: i64 = 0;

@@ -146,7 +146,7 @@ mod payloads;
 pub use batch::FinishItem;
 pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, EntityGuard, Finish, LANE_FRESH, LANE_PARKED,
-    LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, state,
+    LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, SWEEP_BATCH, state,
 };
 pub use intake::{IntakeWriter, POSTGRES_INTAKE};
 pub use operate::{DeadLetter, Pause, PauseKind, ReplayFilter, TargetBacklog};

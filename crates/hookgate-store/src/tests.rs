@@ -676,6 +676,35 @@ async fn retention_sweeps_finished_events_only() {
     .await;
 }
 
+/// Retention deletes at most a batch of events a transaction, each with its items, attempts and
+/// deliveries: nothing of a deleted event is left behind.
+#[tokio::test]
+async fn retention_sweeps_in_batches_and_leaves_no_evidence_behind() {
+    on_both_backends(|store| async move {
+        let events = usize::try_from(SWEEP_BATCH).unwrap() + 20;
+        for n in 0..events {
+            item(&store, &format!("k{n}"), &format!("E{n}"), None, 10).await;
+        }
+        let leased = store.lease("w", 100, 1_000, 10_000).await.unwrap();
+        assert_eq!(leased.len(), events);
+        let done =
+            Finish { calls: vec![call("upsert", "created", 100)], ..finish(state::DONE, None) };
+        let items: Vec<FinishItem<'_>> =
+            leased.iter().map(|item| FinishItem { item, finish: &done }).collect();
+        assert!(store.finish_batch(&items, 200).await.unwrap().into_iter().all(|held| held));
+        let last = leased.iter().map(|item| item.event_id).max().unwrap();
+        assert_eq!(store.attempts_for(last).await.unwrap().len(), 1);
+
+        assert_eq!(store.sweep("p", 500).await.unwrap(), u64::try_from(SWEEP_BATCH).unwrap());
+        assert_eq!(store.sweep("p", 500).await.unwrap(), 20);
+        assert_eq!(store.sweep("p", 500).await.unwrap(), 0);
+        assert!(store.event(last).await.unwrap().is_none());
+        assert!(store.attempts_for(last).await.unwrap().is_empty());
+        assert_eq!(store.item_states().await.unwrap(), []);
+    })
+    .await;
+}
+
 /// `payload_retention` empties bodies and headers of finished events only (the worker renders
 /// pending writes from theirs), and of every old delivery; the event, its key and fingerprint
 /// stay, so a redelivery is still a duplicate; replay is refused; the sweep works in batches.

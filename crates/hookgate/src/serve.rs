@@ -396,16 +396,25 @@ async fn sweep(gateway: Gateway, shutdown: impl Future<Output = ()>) {
         for pipeline in gateway.pipelines() {
             let retention =
                 i64::try_from(pipeline.compiled.retention.as_millis()).unwrap_or(i64::MAX);
-            match gateway
-                .store()
-                .sweep(&pipeline.compiled.name, now.saturating_sub(retention))
-                .await
-            {
-                Ok(0) => {}
-                Ok(deleted) => {
-                    tracing::info!(pipeline = %pipeline.compiled.name, deleted, "retention sweep")
+            // Batch after batch, while they come full.
+            loop {
+                match gateway
+                    .store()
+                    .sweep(&pipeline.compiled.name, now.saturating_sub(retention))
+                    .await
+                {
+                    Ok(0) => break,
+                    Ok(deleted) => {
+                        tracing::info!(pipeline = %pipeline.compiled.name, deleted, "retention sweep");
+                        if i64::try_from(deleted).unwrap_or(0) < hookgate_store::SWEEP_BATCH {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "retention sweep failed");
+                        break;
+                    }
                 }
-                Err(error) => tracing::warn!(%error, "retention sweep failed"),
             }
             if let Some(payload_retention) = pipeline.compiled.payload_retention {
                 purge_payloads(&gateway, &pipeline.compiled.name, now, payload_retention).await;
