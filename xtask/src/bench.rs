@@ -339,13 +339,31 @@ async fn fire(
     concurrency: usize,
     expect: u16,
 ) -> Result<(f64, Vec<Duration>)> {
+    let (elapsed, latencies) =
+        drive(base, path, first_key, count, concurrency, expect, None).await?;
+    Ok((count as f64 / elapsed.as_secs_f64(), latencies))
+}
+
+/// Sends `count` signed deliveries from `clients` connections, each sending its next when the
+/// last is answered: at once (closed loop, `rate` `None`, latency from sending), or not before
+/// its slot at `rate` a second (open loop, latency from the slot, so that a server that falls
+/// behind is charged for the wait). The time taken, and the latencies sorted.
+async fn drive(
+    base: &str,
+    path: &str,
+    first_key: usize,
+    count: usize,
+    clients: usize,
+    expect: u16,
+    rate: Option<f64>,
+) -> Result<(Duration, Vec<Duration>)> {
     let (body, signature) = signed_body();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut connections = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
+    let mut connections = Vec::with_capacity(clients);
+    for _ in 0..clients {
         connections.push(Connection::open(base).await?);
     }
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let mut tasks = Vec::new();
     for mut connection in connections {
         let (body, signature, next) = (body.clone(), Arc::clone(&signature), Arc::clone(&next));
@@ -357,7 +375,14 @@ async fn fire(
                 if i >= count {
                     return Ok::<_, anyhow::Error>(latencies);
                 }
-                let sent = Instant::now();
+                let sent = match rate {
+                    Some(rate) => {
+                        let slot = started + Duration::from_secs_f64(i as f64 / rate);
+                        tokio::time::sleep_until(slot).await;
+                        slot
+                    }
+                    None => tokio::time::Instant::now(),
+                };
                 let key = format!("delivery-{}", first_key + i);
                 let status = connection.deliver(&path, &key, &signature, &body).await?;
                 if status != expect {
@@ -371,9 +396,9 @@ async fn fire(
     for task in tasks {
         latencies.extend(task.await??);
     }
-    let rate = count as f64 / started.elapsed().as_secs_f64();
+    let elapsed = started.elapsed();
     latencies.sort();
-    Ok((rate, latencies))
+    Ok((elapsed, latencies))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -516,43 +541,11 @@ fn pgbench(
 
 /// Open loop: deliveries scheduled at `rate` a second for `seconds` (evenly; pgbench `-R`
 /// draws its gaps at random around the same mean), sent by `OPEN_LOOP_CLIENTS` connections as
-/// pgbench `-R` sends transactions by its clients, each latency counted from the delivery's
-/// scheduled time, so a server that falls behind is charged for the wait.
+/// pgbench `-R` sends transactions by its clients; latencies from the scheduled times.
 async fn fire_open(base: &str, first_key: usize, rate: f64, seconds: u64) -> Result<Vec<Duration>> {
-    let (body, signature) = signed_body();
     let count = (rate * seconds as f64) as usize;
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut connections = Vec::with_capacity(OPEN_LOOP_CLIENTS);
-    for _ in 0..OPEN_LOOP_CLIENTS {
-        connections.push(Connection::open(base).await?);
-    }
-    let started = tokio::time::Instant::now();
-    let mut tasks = Vec::new();
-    for mut connection in connections {
-        let (body, signature, next) = (body.clone(), Arc::clone(&signature), Arc::clone(&next));
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= count {
-                    return Ok::<_, anyhow::Error>(latencies);
-                }
-                let scheduled = started + Duration::from_secs_f64(i as f64 / rate);
-                tokio::time::sleep_until(scheduled).await;
-                let key = format!("delivery-{}", first_key + i);
-                let status = connection.deliver("/hooks/bench", &key, &signature, &body).await?;
-                if status != 202 {
-                    bail!("expected 202, got {status}");
-                }
-                latencies.push(scheduled.elapsed());
-            }
-        }));
-    }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await??);
-    }
-    latencies.sort();
+    let (_, latencies) =
+        drive(base, "/hooks/bench", first_key, count, OPEN_LOOP_CLIENTS, 202, Some(rate)).await?;
     Ok(latencies)
 }
 
