@@ -396,13 +396,14 @@ async fn sweep(gateway: Gateway, shutdown: impl Future<Output = ()>) {
         for pipeline in gateway.pipelines() {
             let retention =
                 i64::try_from(pipeline.compiled.retention.as_millis()).unwrap_or(i64::MAX);
-            // Batch after batch, while they come full.
+            // Batch after batch, while they come full. A shutdown stops it, mid-batch if need
+            // be: a batch cut short rolls back, and the next start sweeps it.
             loop {
-                match gateway
-                    .store()
-                    .sweep(&pipeline.compiled.name, now.saturating_sub(retention))
-                    .await
-                {
+                let swept = tokio::select! {
+                    () = &mut shutdown => return,
+                    swept = gateway.store().sweep(&pipeline.compiled.name, now.saturating_sub(retention)) => swept,
+                };
+                match swept {
                     Ok(0) => break,
                     Ok(deleted) => {
                         tracing::info!(pipeline = %pipeline.compiled.name, deleted, "retention sweep");
