@@ -210,6 +210,9 @@ const DUE: &str = "(o.state = 'pending' AND o.next_attempt_at_ms <= $1)";
 /// item in flight is not yet settled): the lease chooses again under the claim. For an entity
 /// without one it is the head (see [`Store::lease`]).
 pub(crate) fn lease_candidates_sql() -> String {
+    // The row's existence comes from the same join that tells the lease: a separate `EXISTS`
+    // in the select list was planned as a hash of all of `entities`, built at every walk, and
+    // doubled the walk's time.
     let due = |lane: i64| {
         format!(
             "SELECT * FROM (SELECT {ITEM_COLUMNS}, CAST({lane} AS BIGINT) AS walk, \
