@@ -398,7 +398,7 @@ fn hostile_files_are_diagnosed_not_crashed_on() {
         assert!(text.contains(expected), "expected {expected:?} in\n{text}");
     }
     // The good pipelines are still checked and their fixtures still run.
-    assert!(text.contains("checked 6 pipelines and 31 fixtures (0 failed)"), "{text}");
+    assert!(text.contains("checked 6 pipelines and 32 fixtures (0 failed)"), "{text}");
 }
 
 #[test]
@@ -467,7 +467,7 @@ fn unset_secrets_are_one_warning_for_check() {
     let plaintext = "hookgate.yaml:5:1: warning[H0802]: payloads are stored in plaintext";
     assert!(text.contains(plaintext), "{text}");
     assert!(
-        text.contains("checked 7 pipelines and 31 fixtures (0 failed): 0 errors, 3 warnings"),
+        text.contains("checked 7 pipelines and 32 fixtures (0 failed): 0 errors, 3 warnings"),
         "{text}"
     );
 

@@ -95,6 +95,37 @@ fn actions(attempts: &[hookgate_store::AttemptRecord]) -> Vec<String> {
     attempts.iter().map(|a| a.action.clone().unwrap_or_default()).collect()
 }
 
+/// GitHub posts `payload=<the JSON, url-encoded>` for a hook created with `content_type: form`
+/// (its API's default). The shipped pipeline reads the document out of the form, so such a
+/// push is accepted and written like a JSON one, and a retry of it is a duplicate; answering
+/// 400 would lose it, since GitHub does not retry a 4xx.
+#[tokio::test]
+async fn a_github_form_encoded_push_is_accepted_and_written() {
+    for database in Database::both().await {
+        let backend = database.name();
+        let crm = Crm::new(serde_json::json!({}));
+        let server = ServerBuilder::new(database.url())
+            .pipelines(root().join("pipelines/github.yaml"))
+            .instances(crm.instances())
+            .workers(2)
+            .start();
+        let store = database.store().await;
+        let client = client();
+        let push = github_form("form-1", &push_body("octocat", "c0ffee"));
+        let response = push.send(&client, &server).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED, "{backend}");
+        let retried = push.send(&client, &server).await;
+        assert_eq!(retried.status(), StatusCode::OK, "{backend}: a retry is a duplicate");
+        drained(&store).await;
+        let effects = crm.effects().await;
+        assert_eq!(effects.len(), 1, "{backend}: {effects:?}");
+        assert_eq!(effects[0].external_id_value, "octocat", "{backend}");
+        assert_eq!(effects[0].fields["last_commit"], "c0ffee", "{backend}");
+        assert_eq!(effects[0].fields["email"], "octocat@example.com", "{backend}");
+        store.close().await;
+    }
+}
+
 /// With `ordering`, the entity keys the write, yet a delivery whose CRM record cannot be named
 /// (its external id does not render) is refused at intake, where the sender sees why and the
 /// delivery is kept as rejected evidence, instead of being accepted and dead-lettered. An

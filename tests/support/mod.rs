@@ -425,6 +425,14 @@ pub fn github(delivery_id: &str, body: &str) -> Delivery {
     }
 }
 
+/// A GitHub delivery from a hook created with `content_type: form`: the JSON document as the
+/// url-encoded `payload` parameter, signed over the form's raw bytes as GitHub signs it.
+pub fn github_form(delivery_id: &str, document: &str) -> Delivery {
+    let body =
+        form_urlencoded::Serializer::new(String::new()).append_pair("payload", document).finish();
+    github(delivery_id, &body).with_header("Content-Type", "application/x-www-form-urlencoded")
+}
+
 pub fn push_body(login: &str, commit: &str) -> String {
     format!(
         r#"{{"after":"{commit}","repository":{{"full_name":"octo/repo"}},"pusher":{{"name":"{login}","email":"{login}@example.com"}},"sender":{{"login":"{login}"}}}}"#

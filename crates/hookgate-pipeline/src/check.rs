@@ -11,6 +11,7 @@ use hookgate_verify::{
 };
 use minijinja::Environment;
 
+use crate::body::BodyReading;
 use crate::diagnostic::{Code, Diagnostic, Pos, Span, suggestion};
 use crate::model::{
     BodyFormat, ConditionConfig, ConnectorInstance, DigestEncoding, FieldsConfig, Fingerprint,
@@ -44,8 +45,8 @@ pub struct CompiledPipeline {
     pub key_fetch: Option<KeyFetch>,
     /// For schemes whose key senders share (AWS SNS): the senders trusted.
     pub senders: Vec<String>,
-    /// How the body is read; `None`: as its `Content-Type` says.
-    pub body_format: Option<BodyFormat>,
+    /// How the body is read into `payload`.
+    pub body_reading: BodyReading,
     /// With the position of each reference, for "unset secret" diagnostics.
     pub secrets: Vec<(SecretRef, Pos)>,
     pub key: CompiledSource,
@@ -757,11 +758,14 @@ pub(crate) fn check_pipeline(
     });
     let key_fetch = check_key_fetch(&mut c, &model.signature, scheme.as_ref());
     let senders = check_senders(&mut c, &model.signature, scheme.as_ref());
-    let body_format = model.body_format.or_else(|| match model.signature.scheme {
-        Some(SchemeName::Preset(preset)) => preset_body_format(preset),
-        Some(_) => None,
-        None => model.provider.and_then(|p| preset_body_format(p.scheme())),
-    });
+    // How bodies look is the sender's, not its signature's: a provider's own bodies whatever
+    // scheme is written out, else a preset scheme's sender's.
+    let body_reading = match (model.body_format, model.provider, &model.signature.scheme) {
+        (Some(format), _, _) => BodyReading::Fixed(format),
+        (None, Some(provider), _) => preset_body_reading(provider.scheme()),
+        (None, None, Some(SchemeName::Preset(preset))) => preset_body_reading(*preset),
+        (None, None, _) => BodyReading::ByContentType { form: BodyFormat::Form },
+    };
     if model.signature.secrets.is_empty() && key_fetch.is_none() {
         c.error_at_key(Code::Secrets, &path!["signature", "secrets"], "at least one secret is needed").hint =
             Some("a pipeline without a secret would accept anyone's deliveries; add `- env: SOME_VARIABLE`".into());
@@ -974,7 +978,7 @@ pub(crate) fn check_pipeline(
         public_url,
         key_fetch,
         senders,
-        body_format,
+        body_reading,
         secrets,
         key,
         scope,
@@ -1094,13 +1098,16 @@ fn check_signature(
 const SNS_CERTIFICATE_HOSTS: [&str; 2] =
     ["sns.{region}.amazonaws.com", "sns.{region}.amazonaws.com.cn"];
 
-/// The body kind a sender documents, where it has one.
-fn preset_body_format(preset: Preset) -> Option<BodyFormat> {
+/// How a sender's bodies are read: fixed where it documents one kind.
+fn preset_body_reading(preset: Preset) -> BodyReading {
     match preset {
-        Preset::Twilio => Some(BodyFormat::Form),
-        // GitHub may post forms (`payload=`), Slack posts commands as forms and events as JSON.
-        Preset::Github | Preset::Slack => None,
-        _ => Some(BodyFormat::Json),
+        Preset::Twilio => BodyReading::Fixed(BodyFormat::Form),
+        // A GitHub hook created with `content_type: form` (the API's default) posts
+        // `payload=<the JSON document>`, signed over those raw bytes like a JSON body.
+        Preset::Github => BodyReading::ByContentType { form: BodyFormat::FormPayload },
+        // Slack posts commands as forms and events as JSON.
+        Preset::Slack => BodyReading::ByContentType { form: BodyFormat::Form },
+        _ => BodyReading::Fixed(BodyFormat::Json),
     }
 }
 

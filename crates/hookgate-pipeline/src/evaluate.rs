@@ -12,8 +12,9 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::body::BodyReading;
 use crate::check::{CompiledPipeline, CompiledSource, CompiledTarget};
-use crate::model::{BodyFormat, Fingerprint, Operation, VersionType};
+use crate::model::{Fingerprint, Operation, VersionType};
 use crate::template::RENDERED_BYTES_MAX;
 
 /// Event keys become part of a unique database index.
@@ -193,7 +194,7 @@ impl fmt::Debug for Context {
 }
 
 impl Context {
-    pub fn new(delivery: &Delivery<'_>, body_format: Option<BodyFormat>) -> Context {
+    pub fn new(delivery: &Delivery<'_>, body_reading: BodyReading) -> Context {
         let mut headers = BTreeMap::new();
         let mut repeated_headers = BTreeSet::new();
         for (name, value) in delivery.headers {
@@ -206,20 +207,7 @@ impl Context {
             }
         }
         let body = std::str::from_utf8(delivery.body).ok().map(str::to_owned);
-        // A sender with one documented body kind is read as that kind; the `Content-Type` is
-        // not signed, so it decides only where the pipeline leaves it open.
-        let is_form = match body_format {
-            Some(format) => format == BodyFormat::Form,
-            None => headers.get("content-type").is_some_and(|value| {
-                let media_type = value.split(';').next().unwrap_or("").trim();
-                media_type.eq_ignore_ascii_case("application/x-www-form-urlencoded")
-            }),
-        };
-        let payload = if is_form {
-            Ok(form_payload(delivery.body))
-        } else {
-            serde_json::from_slice(delivery.body).map_err(|e| e.to_string())
-        };
+        let payload = body_reading.format(headers.get("content-type")).read(delivery.body);
         Context { payload, headers, repeated_headers, body, event: None, source: None }
     }
 
@@ -265,7 +253,7 @@ impl CompiledPipeline {
     /// Derives key, scope, type, fingerprint and ordering from a verified delivery, and
     /// returns the context the targets are rendered in.
     pub fn identify(&self, delivery: &Delivery<'_>) -> Result<(Identity, Context), EvalError> {
-        let mut ctx = Context::new(delivery, self.body_format);
+        let mut ctx = Context::new(delivery, self.body_reading);
         let key = self.source("key", &self.key, &ctx, delivery)?;
         check_label("key", &key, KEY_BYTES_MAX)?;
         let scope = match &self.scope {
@@ -634,24 +622,6 @@ fn percent_decode(text: &str) -> String {
 
 /// An `application/x-www-form-urlencoded` body as a payload: an object of decoded names to
 /// decoded values; a name sent more than once maps to its values in the order sent.
-pub fn form_payload(body: &[u8]) -> serde_json::Value {
-    let mut object = serde_json::Map::new();
-    for (name, value) in form_urlencoded::parse(body) {
-        let value = serde_json::Value::String(value.into_owned());
-        match object.get_mut(name.as_ref()) {
-            None => {
-                object.insert(name.into_owned(), value);
-            }
-            Some(serde_json::Value::Array(values)) => values.push(value),
-            Some(first) => {
-                let first = first.take();
-                object.insert(name.into_owned(), serde_json::Value::Array(vec![first, value]));
-            }
-        }
-    }
-    serde_json::Value::Object(object)
-}
-
 /// The hex SHA-256 of a form's parameters, decoded, sorted and re-encoded: one text for every
 /// encoding of the same parameters.
 pub fn form_sha256(body: &[u8]) -> String {

@@ -226,7 +226,7 @@ impl Fixture {
     pub fn payload(&self, pipeline: &CompiledPipeline, body: &[u8]) -> Option<serde_json::Value> {
         let headers = self.request.all_headers();
         let delivery = Delivery { headers: &headers, body };
-        crate::evaluate::Context::new(&delivery, pipeline.body_format).payload_value().cloned()
+        crate::evaluate::Context::new(&delivery, pipeline.body_reading).payload_value().cloned()
     }
 
     pub fn run(&self, pipeline: &CompiledPipeline, body: &[u8]) -> Vec<Mismatch> {

@@ -8,9 +8,11 @@
 //! - `de`: serde over that tree; every error keeps its location, unknown fields do not stop it.
 //! - [`model`]: the configuration types (serde + schemars), one to one with the YAML.
 //! - `check`: semantic checks, template compilation, presets → [`CompiledPipeline`].
+//! - [`body`]: a delivery's body → the templates' `payload`.
 //! - [`evaluate`]: a verified delivery → event identity and rendered CRM writes.
 //! - [`fixture`]: sample deliveries with expected verdicts, run without a server.
 
+pub mod body;
 pub mod codes;
 pub mod diagnostic;
 pub mod evaluate;

@@ -30,9 +30,10 @@ pub struct Pipeline {
     pub provider: Option<Provider>,
     /// How deliveries are authenticated. Verified over the raw body before anything is parsed.
     pub signature: SignatureConfig,
-    /// How the body is read into `payload`: `json` or `form`. Senders with one documented
-    /// body kind fix it; otherwise the delivery's `Content-Type` decides (it is not signed, so
-    /// a pipeline that knows its sender's kind should say so).
+    /// How the body is read into `payload`: `json`, `form`, or `form_payload` (a form whose
+    /// `payload` field holds the JSON document). Senders with one documented body kind fix
+    /// it; otherwise the delivery's `Content-Type` decides between JSON and the sender's form
+    /// (it is not signed, so a pipeline that knows its sender's kind should say so).
     #[serde(default)]
     pub body_format: Option<BodyFormat>,
     /// The URL the sender is configured to call, without query string, e.g.
@@ -300,8 +301,12 @@ pub struct SignatureConfig {
 #[serde(rename_all = "snake_case")]
 pub enum BodyFormat {
     Json,
-    /// `application/x-www-form-urlencoded`.
+    /// `application/x-www-form-urlencoded`: each parameter is a field of `payload`.
     Form,
+    /// `application/x-www-form-urlencoded` carrying the JSON document in its `payload`
+    /// parameter, which becomes `payload`: GitHub's `content_type: form`, Slack's interactive
+    /// components.
+    FormPayload,
 }
 
 /// Where signing keys may be fetched from.

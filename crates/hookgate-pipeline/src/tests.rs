@@ -344,11 +344,43 @@ fn urldecode_follows_form_encoding() {
 #[test]
 fn form_bodies_keep_repeated_names_in_order() {
     let payload =
-        crate::evaluate::form_payload(b"To=%2B1800&Digits=5678&Digits=1234&Body=Hi+there&Empty=");
+        crate::body::form_payload(b"To=%2B1800&Digits=5678&Digits=1234&Body=Hi+there&Empty=");
     assert_eq!(
         payload,
         serde_json::json!({"To": "+1800", "Digits": ["5678", "1234"], "Body": "Hi there", "Empty": ""})
     );
+}
+
+/// Each reading of a body, as (reading, content type, body, payload or the error's text).
+#[test]
+fn bodies_are_read_as_the_pipeline_and_content_type_say() {
+    use crate::body::BodyReading;
+    use crate::model::BodyFormat;
+    let github = BodyReading::ByContentType { form: BodyFormat::FormPayload };
+    let open = BodyReading::ByContentType { form: BodyFormat::Form };
+    let form = "application/x-www-form-urlencoded; charset=utf-8";
+    type Case<'a> = (BodyReading, Option<&'a str>, &'a str, Result<serde_json::Value, &'a str>);
+    let cases: &[Case<'_>] = &[
+        (github, Some(form), "payload=%7B%22a%22%3A1%7D", Ok(serde_json::json!({"a": 1}))),
+        (github, Some("application/json"), r#"{"a":1}"#, Ok(serde_json::json!({"a": 1}))),
+        (github, None, r#"{"a":1}"#, Ok(serde_json::json!({"a": 1}))),
+        (github, Some(form), "other=1", Err("form has no `payload` field")),
+        (github, Some(form), "payload=1&payload=2", Err("more than one `payload` field")),
+        (github, Some(form), "payload=%7Bnot", Err("form field `payload`: key must be a string")),
+        (open, Some(form), "payload=%7B%7D", Ok(serde_json::json!({"payload": "{}"}))),
+        (open, Some("text/plain"), "[1]", Ok(serde_json::json!([1]))),
+        (BodyReading::Fixed(BodyFormat::Form), None, "a=1", Ok(serde_json::json!({"a": "1"}))),
+        (BodyReading::Fixed(BodyFormat::Json), Some(form), "a=1", Err("expected value")),
+    ];
+    for (reading, content_type, body, expected) in cases {
+        let content_type = content_type.map(str::to_owned);
+        let read = reading.format(content_type.as_ref()).read(body.as_bytes());
+        match (read, expected) {
+            (Ok(payload), Ok(expected)) => assert_eq!(&payload, expected, "{body}"),
+            (Err(error), Err(expected)) => assert!(error.contains(expected), "{body}: {error}"),
+            (read, expected) => panic!("{body}: read {read:?}, expected {expected:?}"),
+        }
+    }
 }
 
 #[test]
