@@ -157,7 +157,7 @@ async fn deliveries_reach_salesforce_and_hubspot_once_each_through_faults() {
             .await
             .unwrap()
             .iter()
-            .filter(|a| a.outcome.as_deref() == Some("rate_limited"))
+            .filter(|a| a.outcome == Some(hookgate_store::AttemptOutcome::RateLimited))
             .count();
     }
     assert!(limited > 0, "the burst met the rate limit");
@@ -168,7 +168,13 @@ async fn deliveries_reach_salesforce_and_hubspot_once_each_through_faults() {
         .iter()
         .chain(store.events("shopify").await.unwrap().iter())
     {
-        assert_eq!(event.state, "done", "event {} is {}", event.id, event.state);
+        assert_eq!(
+            event.state,
+            hookgate_store::EventState::Done,
+            "event {} is {}",
+            event.id,
+            event.state
+        );
     }
     store.close().await;
     drop(server);
@@ -224,7 +230,7 @@ fn hubspot_instances(dir: &std::path::Path, hs: &FakeHubSpot) -> std::path::Path
 async fn states(store: &Store, events: &[i64]) -> Vec<String> {
     let mut states = Vec::new();
     for event in events {
-        states.push(store.outbox_for(*event).await.unwrap().remove(0).state);
+        states.push(store.outbox_for(*event).await.unwrap().remove(0).state.to_string());
     }
     states
 }
@@ -239,7 +245,8 @@ fn stories(attempts: &[hookgate_store::AttemptRecord]) -> Vec<(String, String)> 
     attempts
         .iter()
         .map(|a| {
-            let outcome = a.outcome.clone().unwrap_or_else(|| "(unfinished)".into());
+            let outcome =
+                a.outcome.map_or("(unfinished)", hookgate_store::AttemptOutcome::as_str).to_owned();
             (a.action.clone().unwrap_or_default(), outcome)
         })
         .collect()
@@ -349,7 +356,7 @@ async fn older_versions_wait_while_a_lost_answer_cannot_be_looked_up() {
         let v10 = accept(&client, &server, &order("o-10", "C-1", 10, "delivered")).await;
         let waiting = eventually(Duration::from_secs(20), || async {
             let item = store.outbox_for(v10).await.unwrap().remove(0);
-            item.state == "pending" && item.in_doubt
+            item.state.as_str() == "pending" && item.in_doubt
         })
         .await;
         assert!(waiting, "{backend}: v10 should wait in doubt after its lookup was refused");
@@ -542,7 +549,7 @@ async fn the_declarative_rest_connector_writes_once_each_through_faults() {
     let events = store.list_events(&filter).await.unwrap();
     let mut actions = Vec::new();
     for event in &events {
-        assert_eq!(event.state, "done", "{event:?}");
+        assert_eq!(event.state, hookgate_store::EventState::Done, "{event:?}");
         actions.extend(
             store.attempts_for(event.id).await.unwrap().into_iter().filter_map(|a| a.action),
         );

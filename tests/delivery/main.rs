@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hookgate_connector_mock::Effect;
-use hookgate_store::Store;
+use hookgate_store::{AttemptOutcome, EventState, Store, WriteView};
 use reqwest::StatusCode;
 use support::*;
 
@@ -88,7 +88,10 @@ async fn accept(client: &reqwest::Client, server: &Server, delivery: &Delivery) 
 }
 
 fn outcomes(attempts: &[hookgate_store::AttemptRecord]) -> Vec<String> {
-    attempts.iter().map(|a| a.outcome.clone().unwrap_or_else(|| "(unfinished)".into())).collect()
+    attempts
+        .iter()
+        .map(|a| a.outcome.map_or("(unfinished)", AttemptOutcome::as_str).to_owned())
+        .collect()
 }
 
 fn actions(attempts: &[hookgate_store::AttemptRecord]) -> Vec<String> {
@@ -152,7 +155,15 @@ async fn a_delivery_whose_record_cannot_be_named_is_refused_at_intake() {
         assert_eq!(body["status"], "rejected");
         let reason = body["reason"].as_str().unwrap();
         assert!(reason.contains("targets[0].external_id.value"), "{backend}: {reason}");
-        assert_eq!(store.deliveries("orders", "rejected").await.unwrap().len(), 1, "{backend}");
+        assert_eq!(
+            store
+                .deliveries("orders", hookgate_store::DeliveryOutcome::Rejected)
+                .await
+                .unwrap()
+                .len(),
+            1,
+            "{backend}"
+        );
         assert!(store.events("orders").await.unwrap().is_empty(), "{backend}");
 
         let long = "x".repeat(300);
@@ -338,7 +349,7 @@ async fn transient_failures_are_retried_until_success() {
 
         let item = &store.outbox_for(event).await.unwrap()[0];
         assert_eq!((item.state.as_str(), item.attempts), ("done", 3), "{}", database.name());
-        assert_eq!(store.event(event).await.unwrap().unwrap().state, "done");
+        assert_eq!(store.event(event).await.unwrap().unwrap().state, EventState::Done);
         let attempts = store.attempts_for(event).await.unwrap();
         assert_eq!(outcomes(&attempts), ["retryable", "retryable", "created"]);
         assert_eq!(
@@ -415,8 +426,8 @@ async fn rejections_and_exhausted_attempts_are_dead_lettered_and_can_be_replayed
             "{:?}",
             item.last_error
         );
-        assert_eq!(store.event(rejected).await.unwrap().unwrap().state, "dead");
-        assert_eq!(store.event(fine).await.unwrap().unwrap().state, "done");
+        assert_eq!(store.event(rejected).await.unwrap().unwrap().state, EventState::Dead);
+        assert_eq!(store.event(fine).await.unwrap().unwrap().state, EventState::Done);
         server.kill();
 
         // A CRM that fails every call: attempts run out.
@@ -455,10 +466,14 @@ async fn rejections_and_exhausted_attempts_are_dead_lettered_and_can_be_replayed
             .workers(2)
             .start_workers();
         drained(&store).await;
-        assert_eq!(store.outbox_for(exhausted).await.unwrap()[0].state, "done", "{backend}");
+        assert_eq!(
+            store.outbox_for(exhausted).await.unwrap()[0].state.as_str(),
+            "done",
+            "{backend}"
+        );
         assert_eq!(
             store.event(rejected).await.unwrap().unwrap().state,
-            "done",
+            EventState::Done,
             "the rule is gone from this CRM"
         );
 
@@ -566,9 +581,9 @@ async fn the_newer_version_wins_and_the_older_is_skipped_stale() {
         let older = accept(&client, &server, &order("o-1", "C-1", 1, "paid")).await;
         drained(&store).await;
 
-        assert_eq!(store.outbox_for(newer).await.unwrap()[0].state, "done");
+        assert_eq!(store.outbox_for(newer).await.unwrap()[0].state.as_str(), "done");
         let stale = &store.outbox_for(older).await.unwrap()[0];
-        assert_eq!(stale.state, "skipped_stale", "{}", database.name());
+        assert_eq!(stale.state.as_str(), "skipped_stale", "{}", database.name());
         assert!(
             stale.last_error.as_deref().unwrap().contains("is not newer than"),
             "evidence: {:?}",
@@ -604,7 +619,7 @@ async fn a_worker_killed_mid_call_is_taken_over_after_its_lease_and_the_effect_h
         first.kill();
         assert_eq!(
             store.outbox_for(event).await.unwrap()[0].state,
-            "in_flight",
+            WriteView::InFlight,
             "{backend}: killed mid-call"
         );
 
@@ -695,7 +710,7 @@ async fn two_processes_a_thousand_events_a_flaky_crm_one_effect_each_in_version_
 
     let events = store.events("orders").await.unwrap();
     assert_eq!(events.len(), 1000);
-    assert!(events.iter().all(|e| e.state == "done"), "every event done");
+    assert!(events.iter().all(|e| e.state == EventState::Done), "every event done");
     let effects = crm.effects().await;
     let mut per_key: BTreeMap<&str, usize> = BTreeMap::new();
     for effect in &effects {
@@ -721,7 +736,7 @@ async fn two_processes_a_thousand_events_a_flaky_crm_one_effect_each_in_version_
             .await
             .unwrap()
             .iter()
-            .filter(|a| a.outcome.as_deref() == Some("retryable"))
+            .filter(|a| a.outcome == Some(AttemptOutcome::Retryable))
             .count();
     }
     assert!((100..600).contains(&failed), "{failed} failed calls out of about 1250");

@@ -376,7 +376,8 @@ async fn hostile_values_with_a_valid_signature_get_400_on_both_backends_and_are_
             assert!(!text.chars().any(char::is_control), "{backend}: {what}: escaped: {text:?}");
         }
         let store = database.store().await;
-        let kept = store.deliveries("hostile", "rejected").await.unwrap();
+        let kept =
+            store.deliveries("hostile", hookgate_store::DeliveryOutcome::Rejected).await.unwrap();
         assert_eq!(kept.len(), cases.len(), "{backend}: each kept as rejected evidence");
         assert_eq!(
             kept[0].body.as_deref(),

@@ -83,7 +83,8 @@ async fn every_answer_on_both_backends() {
         let original = store.event(event_id).await.unwrap().unwrap();
         assert_eq!(original.body, first.body);
         assert_eq!(original.conflict_count, 1);
-        let conflicts = store.deliveries("github", "conflict").await.unwrap();
+        let conflicts =
+            store.deliveries("github", hookgate_store::DeliveryOutcome::Conflict).await.unwrap();
         assert_eq!(conflicts.len(), 1);
         assert_eq!(conflicts[0].body.as_deref(), Some(changed.body.as_slice()));
 
@@ -108,7 +109,10 @@ async fn every_answer_on_both_backends() {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{backend}");
         assert_eq!(body["status"], "rejected");
         assert!(body["reason"].as_str().unwrap().contains("the body is not valid JSON"), "{body}");
-        let rejected = store.deliveries("crm-partner", "rejected").await.unwrap();
+        let rejected = store
+            .deliveries("crm-partner", hookgate_store::DeliveryOutcome::Rejected)
+            .await
+            .unwrap();
         assert_eq!(rejected.len(), 1);
         assert_eq!(rejected[0].body.as_deref(), Some(&b"PatientId=P-1"[..]));
 
@@ -517,7 +521,10 @@ async fn bad_input_gets_its_documented_answer_and_the_server_stays_up() {
             StatusCode::ACCEPTED
         );
         let store = database.store().await;
-        let rejected = store.deliveries("crm-partner", "rejected").await.unwrap();
+        let rejected = store
+            .deliveries("crm-partner", hookgate_store::DeliveryOutcome::Rejected)
+            .await
+            .unwrap();
         assert_eq!(rejected.len(), 2, "{backend}");
         assert_eq!(rejected[1].body.as_deref(), Some(invalid.as_slice()));
         store.close().await;
@@ -702,7 +709,7 @@ async fn a_pipeline_may_answer_conflicts_with_a_2xx() {
     assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("conflict")));
     let store = database.store().await;
     assert_eq!(
-        store.deliveries("github", "conflict").await.unwrap().len(),
+        store.deliveries("github", hookgate_store::DeliveryOutcome::Conflict).await.unwrap().len(),
         1,
         "recorded all the same"
     );

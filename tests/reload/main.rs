@@ -150,7 +150,7 @@ async fn assert_each_written_once(config: &Config, database: &Database, accepted
     }
     for id in accepted {
         let event = store.event(*id).await.unwrap().unwrap();
-        assert_eq!(event.state, "done", "event {id}");
+        assert_eq!(event.state, hookgate_store::EventState::Done, "event {id}");
         assert_eq!(per_event.get(id), Some(&1), "event {id}: one effect");
     }
     store.close().await;
@@ -259,7 +259,9 @@ async fn watch_reloads_pipelines_and_connector_instances_when_their_files_change
         let response = delivery.send(&client, &server).await;
         let id = response.json::<serde_json::Value>().await.unwrap()["event_id"].as_i64().unwrap();
         let store = database.store().await;
-        let dead = || async { store.event(id).await.unwrap().unwrap().state == "dead" };
+        let dead = || async {
+            store.event(id).await.unwrap().unwrap().state == hookgate_store::EventState::Dead
+        };
         let done = eventually(Duration::from_secs(5), dead).await;
         store.close().await;
         done

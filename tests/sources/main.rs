@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hookgate_connector_mock::Effect;
 use hookgate_fakes::stripe::{FakeStripe, SECRET_KEY, SourceFault};
-use hookgate_store::{AttemptRecord, Store, state};
+use hookgate_store::{AttemptRecord, ItemState, Store, WriteView};
 use hookgate_verify::{Algorithm, Encoding, compute_mac};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -104,15 +104,16 @@ async fn accept(client: &reqwest::Client, server: &Server, delivery: &Delivery) 
 }
 
 /// Waits until the event's one write is finished, and returns its state and attempts.
-async fn settled(store: &Store, event_id: i64) -> (String, Vec<AttemptRecord>) {
+async fn settled(store: &Store, event_id: i64) -> (ItemState, Vec<AttemptRecord>) {
     let finished = eventually(Duration::from_secs(30), || async {
         let items = store.outbox_for(event_id).await.unwrap();
-        items.iter().all(|i| ![state::PENDING, state::IN_FLIGHT].contains(&i.state.as_str()))
+        items.iter().all(|i| matches!(i.state, WriteView::Item(state) if state.is_finished()))
     })
     .await;
     assert!(finished, "event {event_id} still has work after 30 s");
     let item = store.outbox_for(event_id).await.unwrap().remove(0);
-    (item.state, store.attempts_for(event_id).await.unwrap())
+    let WriteView::Item(state) = item.state else { panic!("in flight once finished") };
+    (state, store.attempts_for(event_id).await.unwrap())
 }
 
 fn steps(attempts: &[AttemptRecord]) -> Vec<String> {
@@ -122,7 +123,7 @@ fn steps(attempts: &[AttemptRecord]) -> Vec<String> {
             format!(
                 "{}:{}",
                 a.action.as_deref().unwrap_or("-"),
-                a.outcome.as_deref().unwrap_or("-")
+                a.outcome.map_or("-", hookgate_store::AttemptOutcome::as_str)
             )
         })
         .collect()
@@ -146,7 +147,7 @@ async fn a_late_delivery_writes_the_freshly_fetched_state_and_a_gone_source_is_s
             &customer_event("customers", "evt_2", 200, "cus_1", "new@example.com"),
         )
         .await;
-        assert_eq!(settled(&store, newer).await.0, state::DONE);
+        assert_eq!(settled(&store, newer).await.0, ItemState::Done);
         // The older event, delivered late, carries the old address.
         let late = accept(
             &client,
@@ -155,7 +156,7 @@ async fn a_late_delivery_writes_the_freshly_fetched_state_and_a_gone_source_is_s
         )
         .await;
         let (late_state, late_attempts) = settled(&store, late).await;
-        assert_eq!(late_state, state::DONE);
+        assert_eq!(late_state, ItemState::Done);
         assert_eq!(steps(&late_attempts), ["refresh:fetched", "upsert:updated"]);
         // The fetch is kept as evidence, sealed like the payload it came for.
         assert_eq!(late_attempts[0].sealed_with.as_deref(), Some("k1"));
@@ -183,7 +184,7 @@ async fn a_late_delivery_writes_the_freshly_fetched_state_and_a_gone_source_is_s
         .await;
         for (event, status) in [(missing, Some(404)), (deleted, Some(200))] {
             let (state_name, attempts) = settled(&store, event).await;
-            assert_eq!(state_name, state::SKIPPED_STALE);
+            assert_eq!(state_name, ItemState::SkippedStale);
             assert_eq!(steps(&attempts), ["refresh:source_gone"]);
             assert_eq!(attempts[0].status, status);
             assert!(attempts[0].error.as_deref().unwrap().contains("gone"), "{attempts:?}");
@@ -247,7 +248,7 @@ async fn source_faults_are_classified_and_the_fetched_version_orders_the_write()
     )
     .await;
     let (state_name, attempts) = settled(&store, event).await;
-    assert_eq!(state_name, state::DONE, "{attempts:#?}");
+    assert_eq!(state_name, ItemState::Done, "{attempts:#?}");
     assert_eq!(
         steps(&attempts),
         [
@@ -272,7 +273,7 @@ async fn source_faults_are_classified_and_the_fetched_version_orders_the_write()
     )
     .await;
     let (state_name, attempts) = settled(&store, huge).await;
-    assert_eq!(state_name, state::DEAD);
+    assert_eq!(state_name, ItemState::Dead);
     assert_eq!(steps(&attempts), ["refresh:rejected"]);
     assert!(
         attempts[0].error.as_deref().unwrap().contains("larger than max_bytes (4096)"),
@@ -289,7 +290,7 @@ async fn source_faults_are_classified_and_the_fetched_version_orders_the_write()
         &customer_event("versioned", "evt_v1", 100, "cus_1", "a@example.com"),
     )
     .await;
-    assert_eq!(settled(&store, first).await.0, state::DONE);
+    assert_eq!(settled(&store, first).await.0, ItemState::Done);
     let asked = setup.stripe.requests().len();
     let older = accept(
         &client,
@@ -299,8 +300,8 @@ async fn source_faults_are_classified_and_the_fetched_version_orders_the_write()
     .await;
     let (state_name, attempts) = settled(&store, older).await;
     assert_eq!(
-        (state_name.as_str(), steps(&attempts)),
-        (state::SKIPPED_STALE, vec!["version_check:skipped_stale".to_owned()])
+        (state_name, steps(&attempts)),
+        (ItemState::SkippedStale, vec!["version_check:skipped_stale".to_owned()])
     );
     assert_eq!(setup.stripe.requests().len(), asked, "a stale write fetches nothing");
     let unchanged = accept(
@@ -310,7 +311,7 @@ async fn source_faults_are_classified_and_the_fetched_version_orders_the_write()
     )
     .await;
     let (state_name, attempts) = settled(&store, unchanged).await;
-    assert_eq!(state_name, state::SKIPPED_STALE, "{attempts:#?}");
+    assert_eq!(state_name, ItemState::SkippedStale, "{attempts:#?}");
     assert_eq!(steps(&attempts), ["refresh:fetched", "version_check:skipped_stale"]);
     assert!(attempts[1].error.as_deref().unwrap().contains("version 300 is not newer than 300"));
     setup.stripe.put_customer("cus_1", json!({"email": "b@example.com", "updated": 450}));
@@ -321,7 +322,7 @@ async fn source_faults_are_classified_and_the_fetched_version_orders_the_write()
     )
     .await;
     let (state_name, attempts) = settled(&store, moved).await;
-    assert_eq!(state_name, state::DONE, "{attempts:#?}");
+    assert_eq!(state_name, ItemState::Done, "{attempts:#?}");
     let guard = store.entity_guard("versioned", "contact", "cus_1").await.unwrap();
     assert_eq!(guard.applied.unwrap().text, "450", "the write applied the fetched version");
 
@@ -335,7 +336,7 @@ async fn source_faults_are_classified_and_the_fetched_version_orders_the_write()
     )
     .await;
     let (state_name, attempts) = settled(&store, refused).await;
-    assert_eq!(state_name, state::DEAD);
+    assert_eq!(state_name, ItemState::Dead);
     assert!(steps(&attempts).iter().all(|s| s == "refresh:misconfigured"), "{attempts:#?}");
     assert_eq!(attempts[0].status, Some(401));
     let writes: Vec<String> =

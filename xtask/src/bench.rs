@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
+use hookgate_store::{EventState, ItemState};
 use hookgate_verify::{
     Algorithm, Clock, Encoding, Preset, Request, SecretBytes, Verifier, compute_mac,
 };
@@ -477,7 +478,7 @@ fn pgbench(
         "ARRAY[1::int8]".to_owned(),
         "ARRAY['{}']".to_owned(),
         format!("ARRAY['\\x{body_hex}'::bytea]"),
-        "ARRAY['accepted']".to_owned(),
+        format!("ARRAY['{}']", EventState::Accepted),
         "ARRAY[NULL::text]".to_owned(),
         "ARRAY[1::int8]".to_owned(),
         "ARRAY['t']".to_owned(),
@@ -486,7 +487,7 @@ fn pgbench(
         "ARRAY[NULL::text]".to_owned(),
         "ARRAY[NULL::text]".to_owned(),
         "ARRAY[1::int8]".to_owned(),
-        "'pending'".to_owned(),
+        format!("'{}'", ItemState::Pending),
     ];
     let mut statement = hookgate_store::POSTGRES_INTAKE.to_owned();
     // From the highest number down, so that `$1` does not match the start of `$10`.
@@ -949,11 +950,13 @@ async fn drain_once(
                state, delivery_count, last_delivery_at_ms, sealed_with) \
              SELECT pipeline, scope, 'seed-' || g, fingerprint, event_type, received_at_ms - 10000000 + g, \
                replace(headers, '\"template\"', '\"seed-' || g || '\"'), body, \
-               'accepted', 1, last_delivery_at_ms, sealed_with \
+               '{accepted}', 1, last_delivery_at_ms, sealed_with \
              FROM events, generate_series(1, {total}) AS g WHERE event_key = 'template'; \
              INSERT INTO outbox (event_id, pipeline, target, target_index, entity, state, next_attempt_at_ms, created_at_ms, siblings) \
-             SELECT id, pipeline, 't', 0, event_key, 'pending', received_at_ms, received_at_ms, 1 \
-             FROM events WHERE event_key LIKE 'seed-%';"
+             SELECT id, pipeline, 't', 0, event_key, '{pending}', received_at_ms, received_at_ms, 1 \
+             FROM events WHERE event_key LIKE 'seed-%';",
+            accepted = EventState::Accepted,
+            pending = ItemState::Pending,
         ),
     )?;
     // After the seeding's commit (one `psql -c` is one transaction), a checkpoint writes its
@@ -964,7 +967,8 @@ async fn drain_once(
     psql(url, "CHECKPOINT")?;
     println!("    seeded {total} pending writes in {:.1} s", seeding.elapsed().as_secs_f64());
     let done = || -> Result<usize> {
-        Ok(psql(url, "SELECT count(*) FROM outbox WHERE state = 'done'")?.parse()?)
+        let done = format!("SELECT count(*) FROM outbox WHERE state = '{}'", ItemState::Done);
+        Ok(psql(url, &done)?.parse()?)
     };
     let before = done()?;
     let wal_before = wal_counters(url).await?;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hookgate_connector::{Answer, Connector, ConnectorError, UpsertOutcome, UpsertRequest};
-use hookgate_store::{Finish, FinishItem, LeasedItem, Renewal, Store, StoreError};
+use hookgate_store::{Call, Finish, FinishItem, LeasedItem, Renewal, Store, StoreError};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -99,7 +99,7 @@ pub(crate) type Renew = (LeasedItem, i64);
 #[derive(Debug, Clone)]
 pub(crate) struct StoreBatches {
     renew: Batcher<Renew, Result<bool, StoreError>>,
-    finish: Batcher<(LeasedItem, Finish), Result<bool, StoreError>>,
+    finish: Batcher<(LeasedItem, Finish, Vec<Call>), Result<bool, StoreError>>,
 }
 
 /// The error an item sees when its batch could not answer it.
@@ -149,13 +149,15 @@ impl StoreBatches {
             batch_max,
             2,
             capacity,
-            move |finishes: Vec<(LeasedItem, Finish)>| {
+            move |finishes: Vec<(LeasedItem, Finish, Vec<Call>)>| {
                 let store = for_finish.clone();
                 async move {
                     metrics::histogram!("hookgate_finish_batch_size").record(finishes.len() as f64);
                     let now = crate::now_ms();
-                    let refs: Vec<FinishItem<'_>> =
-                        finishes.iter().map(|(item, finish)| FinishItem { item, finish }).collect();
+                    let refs: Vec<FinishItem<'_>> = finishes
+                        .iter()
+                        .map(|(item, finish, calls)| FinishItem { item, finish, calls })
+                        .collect();
                     let started = std::time::Instant::now();
                     let finished = store.finish_batch(&refs, now).await;
                     metrics::histogram!("hookgate_store_batch_seconds", "step" => "finish")
@@ -169,7 +171,9 @@ impl StoreBatches {
                             tracing::warn!(%error, items = refs.len(), "a batch of finishes failed; finishing each alone");
                             let mut answers = Vec::with_capacity(refs.len());
                             for item in &refs {
-                                answers.push(store.finish(item.item, item.finish, now).await);
+                                answers.push(
+                                    store.finish(item.item, item.finish, item.calls, now).await,
+                                );
                             }
                             answers
                         }
@@ -193,8 +197,9 @@ impl StoreBatches {
         &self,
         item: LeasedItem,
         finish: Finish,
+        calls: Vec<Call>,
     ) -> Result<bool, StoreError> {
-        self.finish.call((item, finish)).await.unwrap_or_else(|| Err(unanswered()))
+        self.finish.call((item, finish, calls)).await.unwrap_or_else(|| Err(unanswered()))
     }
 }
 

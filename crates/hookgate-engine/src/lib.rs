@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hookgate_pipeline::CompiledPipeline;
 use hookgate_pipeline::evaluate::{Delivery, EvalError, printable};
 use hookgate_store::{
-    IntakeRecord, NewDelivery, NewOutboxItem, RejectedDelivery, Store, StoreError,
+    DeliveryOutcome, IntakeRecord, NewDelivery, NewOutboxItem, RejectedDelivery, Store, StoreError,
 };
 use hookgate_verify::{Clock, Rejection, Request, Verifier};
 use tracing::Instrument as _;
@@ -168,10 +168,10 @@ impl IntakeOutcome {
     /// A stable name, for metrics.
     pub fn name(&self) -> &'static str {
         match self {
-            IntakeOutcome::Accepted { .. } => "accepted",
-            IntakeOutcome::Duplicate { .. } => "duplicate",
-            IntakeOutcome::Conflict { .. } => "conflict",
-            IntakeOutcome::Rejected { .. } => "rejected",
+            IntakeOutcome::Accepted { .. } => DeliveryOutcome::Accepted.as_str(),
+            IntakeOutcome::Duplicate { .. } => DeliveryOutcome::Duplicate.as_str(),
+            IntakeOutcome::Conflict { .. } => DeliveryOutcome::Conflict.as_str(),
+            IntakeOutcome::Rejected { .. } => DeliveryOutcome::Rejected.as_str(),
             IntakeOutcome::Unauthorized(_) => "unauthorized",
             IntakeOutcome::UnknownPipeline => "unknown_pipeline",
             IntakeOutcome::Unavailable(_) => "unavailable",

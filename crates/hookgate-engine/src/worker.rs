@@ -37,7 +37,9 @@ use hookgate_connector::{
 };
 use hookgate_pipeline::evaluate::{Context, Delivery};
 use hookgate_pipeline::model::{DeliveryPolicy, NotFound, RefreshMethod};
-use hookgate_store::{AppliedVersion, Call, EventRecord, Finish, LeasedItem, StoreError, state};
+use hookgate_store::{
+    AppliedVersion, AttemptOutcome, Call, Doubt, EventRecord, Finish, LeasedItem, StoreError,
+};
 use rand::Rng;
 use tokio::task::JoinSet;
 use tracing::Instrument as _;
@@ -304,11 +306,7 @@ impl Worker {
         let mut attempt = Attempt::new(item);
         let (pipeline, index, mut ctx) = match self.prepare(item, event).await? {
             Ok(prepared) => prepared,
-            Err(reason) => {
-                tracing::error!(item = item.id, event_id = item.event_id, %reason, "dead-lettered before any call");
-                attempt.record("prepare", "dead", &Answer::default(), Some(reason.clone()), None);
-                return self.finish(attempt, dead_as_it_was(item, reason)).await;
-            }
+            Err(reason) => return self.dead_before_any_call(attempt, reason).await,
         };
 
         // After the pipeline: a reload replaces the pipelines first, then the connectors, so
@@ -349,24 +347,20 @@ impl Worker {
             Ok(upsert) => upsert,
             Err(error) => {
                 let reason = format!("cannot render the write: {error}");
-                tracing::error!(item = item.id, event_id = item.event_id, %reason, "dead-lettered before any call");
-                attempt.record("prepare", "dead", &Answer::default(), Some(reason.clone()), None);
-                return self.finish(attempt, dead_as_it_was(item, reason)).await;
+                return self.dead_before_any_call(attempt, reason).await;
             }
         };
         // With a fetched version, the write applies that version, not the delivery's.
-        let applied = |item: &LeasedItem, record_id: String| {
-            let mut finish = applied(item, record_id);
-            if let (Some(version), Some(_)) = (&fetched_version, &finish.applied) {
-                finish.applied = Some(version.clone());
+        let applied = |item: &LeasedItem, record_id: String| match applied(item, record_id) {
+            Finish::Applied { record_id, version: Some(_) } if fetched_version.is_some() => {
+                Finish::Applied { record_id, version: fetched_version.clone() }
             }
-            finish
+            finish => finish,
         };
 
         let Some(connector) = wiring.connectors.get(&upsert.connector).cloned() else {
             let reason = format!("connector instance `{}` is not configured", upsert.connector);
-            attempt.record("prepare", "dead", &Answer::default(), Some(reason.clone()), None);
-            return self.finish(attempt, dead_as_it_was(item, reason)).await;
+            return self.dead_before_any_call(attempt, reason).await;
         };
         let request = UpsertRequest {
             object: upsert.object.clone(),
@@ -390,7 +384,7 @@ impl Worker {
                 }
                 Some(Reconciled::NotApplied) => {}
                 Some(Reconciled::Unknown(error)) => {
-                    let finish = self.retry_or_dead(item, policy, &error, true);
+                    let finish = self.retry_or_dead(item, policy, &error, Doubt::InDoubt);
                     return self.finish(attempt, finish).await;
                 }
             }
@@ -409,10 +403,11 @@ impl Worker {
         let finish = match written {
             Ok(written) => {
                 tracing::info!(item = item.id, event_id = item.event_id, record_id = %written.record_id, created = written.created, "delivered");
-                let name = if written.created { "created" } else { "updated" };
+                let outcome =
+                    if written.created { AttemptOutcome::Created } else { AttemptOutcome::Updated };
                 attempt.record(
                     "upsert",
-                    name,
+                    outcome,
                     &written.answer,
                     None,
                     Some(written.record_id.clone()),
@@ -422,8 +417,15 @@ impl Worker {
             Err(ConnectorError::Rejected { message, answer }) => {
                 tracing::warn!(item = item.id, event_id = item.event_id, %message, "rejected by the CRM: dead-lettered");
                 let error = format!("rejected: {message}");
-                attempt.record("upsert", "rejected", &answer, Some(error.clone()), None);
-                outcome(state::DEAD, Some(error))
+                attempt.record(
+                    "upsert",
+                    AttemptOutcome::Rejected,
+                    &answer,
+                    Some(error.clone()),
+                    None,
+                );
+                // A definite refusal: this write is not in the CRM.
+                Finish::Dead { error, doubt: Doubt::Clear }
             }
             Err(error) if written_perhaps(&error) => {
                 let ambiguous = error;
@@ -440,19 +442,33 @@ impl Worker {
                         applied(item, record_id)
                     }
                     Some(Reconciled::NotApplied) => {
-                        self.retry_or_dead(item, policy, &ambiguous, false)
+                        self.retry_or_dead(item, policy, &ambiguous, Doubt::Clear)
                     }
                     Some(Reconciled::Unknown(error)) => {
-                        self.retry_or_dead(item, policy, &error, true)
+                        self.retry_or_dead(item, policy, &error, Doubt::InDoubt)
                     }
                 }
             }
             Err(error) => {
                 attempt.record_error("upsert", &error);
-                self.retry_or_dead(item, policy, &error, false)
+                self.retry_or_dead(item, policy, &error, Doubt::Clear)
             }
         };
         self.finish(attempt, finish).await
+    }
+
+    /// Dead-letters the item for `reason` before any call: nothing to render it from, or
+    /// nothing to write it with.
+    async fn dead_before_any_call(
+        &self,
+        mut attempt: Attempt<'_>,
+        reason: String,
+    ) -> Result<(), StoreError> {
+        let item = attempt.item;
+        tracing::error!(item = item.id, event_id = item.event_id, %reason, "dead-lettered before any call");
+        let error = Some(reason.clone());
+        attempt.record("prepare", AttemptOutcome::Dead, &Answer::default(), error, None);
+        self.finish(attempt, dead_as_it_was(item, reason)).await
     }
 
     async fn skip_stale(&self, mut attempt: Attempt<'_>, reason: String) -> Result<(), StoreError> {
@@ -460,16 +476,14 @@ impl Worker {
         tracing::info!(item = item.id, event_id = item.event_id, %reason, "skipped stale");
         attempt.record(
             "version_check",
-            "skipped_stale",
+            AttemptOutcome::SkippedStale,
             &Answer::default(),
             Some(reason.clone()),
             None,
         );
         // An earlier write that may have reached the CRM still may have: the evidence keeps
         // saying so (only a dead letter's doubt counts for ordering).
-        let finish =
-            Finish { in_doubt: item.in_doubt, ..outcome(state::SKIPPED_STALE, Some(reason)) };
-        self.finish(attempt, finish).await
+        self.finish(attempt, Finish::Skipped { reason, doubt: Doubt::of(item) }).await
     }
 
     /// Why an item must not be written because of its version, if so.
@@ -499,12 +513,12 @@ impl Worker {
     }
 
     /// Records an attempt's end through the store, and counts its calls.
-    async fn finish(&self, attempt: Attempt<'_>, mut finish: Finish) -> Result<(), StoreError> {
+    async fn finish(&self, attempt: Attempt<'_>, finish: Finish) -> Result<(), StoreError> {
         let item = attempt.item;
-        finish.calls = attempt.calls;
+        let mut calls = attempt.calls;
         // Answers can echo the payload (a record's fields, a fetched object): sealed like it.
         if let Some(keyring) = self.gateway.keyring() {
-            for call in &mut finish.calls {
+            for call in &mut calls {
                 if let Some(excerpt) = &call.excerpt {
                     call.excerpt = Some(keyring.seal_text(Part::Answer, &item.pipeline, excerpt));
                     call.sealed_with = Some(keyring.current().to_owned());
@@ -513,12 +527,20 @@ impl Worker {
         }
         // A dead letter's reason ("attempts exhausted (4): ...") stays in the evidence after a
         // replay clears the item's last error.
-        if finish.state == state::DEAD
-            && let Some(last) = finish.calls.last_mut()
+        if let Finish::Dead { error, .. } = &finish
+            && let Some(last) = calls.last_mut()
         {
-            last.error.clone_from(&finish.error);
+            last.error = Some(error.clone());
         }
-        let finished = self.batches.finish(item.clone(), finish.clone()).await?;
+        let measured: Vec<(&'static str, AttemptOutcome, f64)> = calls
+            .iter()
+            .map(|call| {
+                let seconds = (call.finished_at_ms - call.started_at_ms).max(0) as f64 / 1000.0;
+                (call.action, call.outcome, seconds)
+            })
+            .collect();
+        let state = finish.item_state();
+        let finished = self.batches.finish(item.clone(), finish, calls).await?;
         if !finished {
             tracing::Span::current().record("outcome", "lease_lost");
             tracing::warn!(
@@ -527,14 +549,13 @@ impl Worker {
             );
             return Ok(());
         }
-        tracing::Span::current().record("outcome", finish.state);
-        for call in &finish.calls {
-            metrics::counter!("hookgate_attempts_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "outcome" => call.outcome.clone()).increment(1);
-            let seconds = (call.finished_at_ms - call.started_at_ms).max(0) as f64 / 1000.0;
-            metrics::histogram!("hookgate_crm_call_seconds", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "action" => call.action, "outcome" => call.outcome.clone()).record(seconds);
+        tracing::Span::current().record("outcome", state.as_str());
+        for (action, outcome, seconds) in measured {
+            metrics::counter!("hookgate_attempts_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "outcome" => outcome.as_str()).increment(1);
+            metrics::histogram!("hookgate_crm_call_seconds", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "action" => action, "outcome" => outcome.as_str()).record(seconds);
         }
-        if finish.state != state::PENDING {
-            metrics::counter!("hookgate_writes_finished_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "state" => finish.state).increment(1);
+        if state.is_finished() {
+            metrics::counter!("hookgate_writes_finished_total", "pipeline" => item.pipeline.clone(), "target" => item.target.clone(), "state" => state.as_str()).increment(1);
         }
         Ok(())
     }
@@ -615,11 +636,11 @@ impl Worker {
         let target = &pipeline.compiled.targets[index];
         let refresh = target.refresh.as_ref().expect("called for targets that refresh");
         let dead = |attempt: &mut Attempt<'_>,
-                    outcome_name: &str,
+                    outcome: AttemptOutcome,
                     answer: &Answer,
                     reason: String| {
             tracing::warn!(item = item.id, event_id = item.event_id, %reason, "dead-lettered at refresh");
-            attempt.record("refresh", outcome_name, answer, Some(reason.clone()), None);
+            attempt.record("refresh", outcome, answer, Some(reason.clone()), None);
             Refreshed::Finish(dead_as_it_was(item, reason))
         };
         let url = match pipeline.compiled.render_refresh_url(index, ctx) {
@@ -629,13 +650,13 @@ impl Worker {
             },
             Err(error) => {
                 let reason = format!("cannot render the refresh: {error}");
-                return Ok(dead(attempt, "dead", &Answer::default(), reason));
+                return Ok(dead(attempt, AttemptOutcome::Dead, &Answer::default(), reason));
             }
         };
         let Some(fetcher) = sources.fetcher.clone() else {
             return Ok(dead(
                 attempt,
-                "dead",
+                AttemptOutcome::Dead,
                 &Answer::default(),
                 "no source fetcher is configured".into(),
             ));
@@ -651,7 +672,7 @@ impl Worker {
                         "the credentials of target `{}`'s refresh are not loaded",
                         target.name
                     );
-                    return Ok(dead(attempt, "dead", &Answer::default(), reason));
+                    return Ok(dead(attempt, AttemptOutcome::Dead, &Answer::default(), reason));
                 }
             }
         }
@@ -680,7 +701,7 @@ impl Worker {
                     Ok(false) => Ok(SourceOutcome::Found { object, answer }),
                     Err(error) => {
                         let reason = format!("the fetched object: {error}");
-                        return Ok(dead(attempt, "rejected", &answer, reason));
+                        return Ok(dead(attempt, AttemptOutcome::Rejected, &answer, reason));
                     }
                 }
             }
@@ -692,13 +713,14 @@ impl Worker {
                 .source_version(index, &object)
             {
                 Ok(version) => {
-                    attempt.record("refresh", "fetched", &answer, None, None);
+                    attempt.record("refresh", AttemptOutcome::Fetched, &answer, None, None);
                     let version = version
                         .map(|v| AppliedVersion { sort_key: v.sort_key(), text: v.to_string() });
                     Refreshed::Source { object, version }
                 }
                 Err(error) => {
-                    dead(attempt, "rejected", &answer, format!("the fetched object: {error}"))
+                    let reason = format!("the fetched object: {error}");
+                    dead(attempt, AttemptOutcome::Rejected, &answer, reason)
                 }
             },
             Ok(SourceOutcome::Gone { answer }) => {
@@ -715,25 +737,23 @@ impl Worker {
                         tracing::info!(item = item.id, event_id = item.event_id, %reason, "skipped: source gone");
                         attempt.record(
                             "refresh",
-                            "source_gone",
+                            AttemptOutcome::SourceGone,
                             &answer,
                             Some(reason.clone()),
                             None,
                         );
-                        Refreshed::Finish(Finish {
-                            in_doubt: item.in_doubt,
-                            ..outcome(state::SKIPPED_STALE, Some(reason))
-                        })
+                        Refreshed::Finish(Finish::Skipped { reason, doubt: Doubt::of(item) })
                     }
-                    NotFound::Dead => dead(attempt, "source_gone", &answer, reason),
+                    NotFound::Dead => dead(attempt, AttemptOutcome::SourceGone, &answer, reason),
                 }
             }
             Err(ConnectorError::Rejected { message, answer }) => {
-                dead(attempt, "rejected", &answer, format!("refresh rejected: {message}"))
+                let reason = format!("refresh rejected: {message}");
+                dead(attempt, AttemptOutcome::Rejected, &answer, reason)
             }
             Err(error) => {
                 attempt.record_error("refresh", &error);
-                Refreshed::Finish(self.retry_or_dead(item, policy, &error, item.in_doubt))
+                Refreshed::Finish(self.retry_or_dead(item, policy, &error, Doubt::of(item)))
             }
         })
     }
@@ -755,16 +775,18 @@ impl Worker {
                 let shows_write =
                     request.fields.iter().all(|(name, value)| fields.get(name) == Some(value));
                 if shows_write {
-                    attempt.record("lookup", "reconciled", &answer, None, Some(record_id.clone()));
+                    let record = Some(record_id.clone());
+                    attempt.record("lookup", AttemptOutcome::Reconciled, &answer, None, record);
                     Reconciled::Applied { record_id }
                 } else {
                     let note = "the record does not show this write".to_owned();
-                    attempt.record("lookup", "not_applied", &answer, Some(note), Some(record_id));
+                    let (note, record) = (Some(note), Some(record_id));
+                    attempt.record("lookup", AttemptOutcome::NotApplied, &answer, note, record);
                     Reconciled::NotApplied
                 }
             }
             Ok(LookupOutcome::NotFound { answer }) => {
-                attempt.record("lookup", "not_found", &answer, None, None);
+                attempt.record("lookup", AttemptOutcome::NotFound, &answer, None, None);
                 Reconciled::NotApplied
             }
             Err(error) => {
@@ -780,25 +802,21 @@ impl Worker {
         item: &LeasedItem,
         policy: &DeliveryPolicy,
         error: &ConnectorError,
-        in_doubt: bool,
+        doubt: Doubt,
     ) -> Finish {
         let exhausted = item.attempts >= i64::from(policy.attempts_max);
         if exhausted {
             tracing::warn!(item = item.id, event_id = item.event_id, attempts = item.attempts, %error, "attempts exhausted: dead-lettered");
-            return Finish {
-                in_doubt,
-                ..outcome(
-                    state::DEAD,
-                    Some(format!("attempts exhausted ({}): {error}", item.attempts)),
-                )
-            };
+            let error = format!("attempts exhausted ({}): {error}", item.attempts);
+            return Finish::Dead { error, doubt };
         }
         let delay = backoff(policy, item.attempts, error.retry_after());
+        let in_doubt = doubt.is_in_doubt();
         tracing::info!(item = item.id, event_id = item.event_id, attempt = item.attempts, delay_ms = delay.as_millis() as u64, in_doubt, %error, "will retry");
-        Finish {
-            next_attempt_at_ms: now_ms() + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
-            in_doubt,
-            ..outcome(state::PENDING, Some(error.to_string()))
+        Finish::Retry {
+            at_ms: now_ms() + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
+            error: error.to_string(),
+            doubt,
         }
     }
 }
@@ -882,14 +900,14 @@ impl<'a> Attempt<'a> {
 
     /// Records a call that failed.
     fn record_error(&mut self, action: &'static str, error: &ConnectorError) {
-        self.record(action, error.class(), error.answer(), Some(error.to_string()), None);
+        self.record(action, outcome_of(error), error.answer(), Some(error.to_string()), None);
     }
 
     /// Records how the open call (or a decision taken without a call) ended.
     fn record(
         &mut self,
         action: &'static str,
-        outcome: &str,
+        outcome: AttemptOutcome,
         answer: &Answer,
         error: Option<String>,
         record_id: Option<String>,
@@ -900,7 +918,7 @@ impl<'a> Attempt<'a> {
             action,
             started_at_ms,
             finished_at_ms: now,
-            outcome: outcome.to_owned(),
+            outcome,
             status: answer.status.map(i64::from),
             excerpt: answer.excerpt.clone(),
             error,
@@ -958,34 +976,33 @@ enum Reconciled {
     Unknown(ConnectorError),
 }
 
-/// An item's next state with its last error; calls are added by [`Worker::finish`].
-fn outcome(state: &'static str, error: Option<String>) -> Finish {
-    Finish {
-        state,
-        next_attempt_at_ms: 0,
-        in_doubt: false,
-        record_id: None,
-        error,
-        applied: None,
-        calls: Vec::new(),
+/// How a failed call is recorded: the connector's class of the failure.
+fn outcome_of(error: &ConnectorError) -> AttemptOutcome {
+    match error {
+        ConnectorError::Retryable { .. } => AttemptOutcome::Retryable,
+        ConnectorError::RateLimited { .. } => AttemptOutcome::RateLimited,
+        ConnectorError::Rejected { .. } => AttemptOutcome::Rejected,
+        ConnectorError::Ambiguous { .. } => AttemptOutcome::Ambiguous,
+        ConnectorError::Misconfigured { .. } => AttemptOutcome::Misconfigured,
+        // A class newer than this engine is retried, as `retry_or_dead` treats it.
+        _ => AttemptOutcome::Retryable,
     }
 }
 
 /// Dead-lettered before any call: an earlier write that may have reached the CRM still may
 /// have, and keeps counting for ordering.
 fn dead_as_it_was(item: &LeasedItem, reason: String) -> Finish {
-    Finish { in_doubt: item.in_doubt, ..outcome(state::DEAD, Some(reason)) }
+    Finish::Dead { error: reason, doubt: Doubt::of(item) }
 }
 
 /// The write is in the CRM: `done`, and the entity's version moves forward.
 fn applied(item: &LeasedItem, record_id: String) -> Finish {
-    Finish {
-        record_id: Some(record_id),
-        applied: item.version.as_ref().map(|sort_key| AppliedVersion {
+    Finish::Applied {
+        record_id,
+        version: item.version.as_ref().map(|sort_key| AppliedVersion {
             sort_key: sort_key.clone(),
             text: item.version_text.clone().unwrap_or_else(|| sort_key.clone()),
         }),
-        ..outcome(state::DONE, None)
     }
 }
 

@@ -15,8 +15,8 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 use sqlx::Row;
 
-use crate::delivery::{EVENT_STATES, LockEvents, alone_event_state, alone_in_its_event};
-use crate::{Finish, LeasedItem, Renewal, Result, Store};
+use crate::delivery::{LockEvents, RECOMPUTE_EVENT_STATES, alone_in_its_event};
+use crate::{Call, EventState, Finish, LeasedItem, Renewal, Result, Store};
 
 /// `WITH v AS (...)`: a row source of the named columns (name, PostgreSQL type) read from the
 /// JSON array bound to `$param`.
@@ -161,22 +161,8 @@ pub(crate) fn renewals_json(renewals: &[Renewal<'_>]) -> String {
 pub struct FinishItem<'a> {
     pub item: &'a LeasedItem,
     pub finish: &'a Finish,
-}
-
-/// The version guard's new values for one entity, as [`Store::finish`] computes them.
-fn guard_values<'a>(item: &'a LeasedItem, finish: &'a Finish) -> [Option<&'a str>; 4] {
-    let (applied, applied_text) = match &finish.applied {
-        Some(v) => (Some(v.sort_key.as_str()), Some(v.text.as_str())),
-        None => (None, None),
-    };
-    // A write dead-lettered in doubt may be in the CRM: it raises the doubted version.
-    let (doubted, doubted_text) = match (finish.state, finish.in_doubt, &item.version) {
-        ("dead", true, Some(version)) => {
-            (Some(version.as_str()), Some(item.version_text.as_deref().unwrap_or(version)))
-        }
-        _ => (None, None),
-    };
-    [applied, applied_text, doubted, doubted_text]
+    /// Every call of the attempt, in order.
+    pub calls: &'a [Call],
 }
 
 /// (pipeline, target, entity).
@@ -226,7 +212,7 @@ impl Store {
             None => {
                 let mut finished = Vec::with_capacity(alone.len());
                 for item in &alone {
-                    finished.push(self.finish(item.item, item.finish, now_ms).await?);
+                    finished.push(self.finish(item.item, item.finish, item.calls, now_ms).await?);
                 }
                 finished
             }
@@ -235,7 +221,7 @@ impl Store {
         let mut batched = batched.into_iter();
         for (position, item) in items.iter().enumerate() {
             if shared.contains(&position) {
-                answers.push(self.finish(item.item, item.finish, now_ms).await?);
+                answers.push(self.finish(item.item, item.finish, item.calls, now_ms).await?);
             } else {
                 answers.push(batched.next().unwrap_or(false));
             }
@@ -278,8 +264,8 @@ impl Store {
              RETURNING pipeline, target, entity",
             json_rows(postgres, 1, &columns)
         );
-        let release_rows = rows_json(items.iter().map(|FinishItem { item, finish }| {
-            let [v_applied, v_applied_text, v_doubted, v_doubted_text] = guard_values(item, finish);
+        let release_rows = rows_json(items.iter().map(|FinishItem { item, finish, .. }| {
+            let [v_applied, v_applied_text, v_doubted, v_doubted_text] = finish.guard_values(item);
             ReleaseRow {
                 v_pipeline: &item.pipeline,
                 v_target: &item.target,
@@ -341,7 +327,7 @@ impl Store {
             json_rows(postgres, 1, &[("v_id", "bigint"), ("v_state", "text")])
         );
         let event_states = format!(
-            "{} {EVENT_STATES} (SELECT v_id FROM v)",
+            "{} {RECOMPUTE_EVENT_STATES} (SELECT v_id FROM v)",
             json_rows(postgres, 1, &[("v_id", "bigint")])
         );
         on_both!(self, pool => {
@@ -371,19 +357,15 @@ impl Store {
                 tx.lock_events(&events).await?;
             }
 
-            let move_rows = rows_json(mine.iter().map(|FinishItem { item, finish }| {
-                let finished_at =
-                    matches!(finish.state, "done" | "dead" | "skipped_stale").then_some(now_ms);
-                MoveRow {
-                    v_id: item.id,
-                    v_attempt: item.attempts,
-                    v_state: finish.state,
-                    v_next: finish.next_attempt_at_ms,
-                    v_doubt: i64::from(finish.in_doubt),
-                    v_record: finish.record_id.as_deref(),
-                    v_error: finish.error.as_deref(),
-                    v_finished: finished_at,
-                }
+            let move_rows = rows_json(mine.iter().map(|FinishItem { item, finish, .. }| MoveRow {
+                v_id: item.id,
+                v_attempt: item.attempts,
+                v_state: finish.item_state().as_str(),
+                v_next: finish.next_attempt_at_ms(),
+                v_doubt: i64::from(finish.doubt().is_in_doubt()),
+                v_record: finish.record_id(),
+                v_error: finish.error(),
+                v_finished: finish.finished_at_ms(now_ms),
             }));
             let mut moved: HashSet<i64> = HashSet::new();
             for row in sqlx::query(&move_items).bind(&move_rows).fetch_all(&mut *tx).await? {
@@ -398,7 +380,7 @@ impl Store {
 
             let calls = rows_json(
                 mine.iter()
-                    .flat_map(|i| i.finish.calls.iter().map(move |call| (i.item, call)))
+                    .flat_map(|i| i.calls.iter().map(move |call| (i.item, call)))
                     .map(|(item, call)| CallRow {
                         v_id: item.id,
                         v_event: item.event_id,
@@ -407,7 +389,7 @@ impl Store {
                         v_started: call.started_at_ms,
                         v_finished: call.finished_at_ms,
                         v_action: call.action,
-                        v_outcome: &call.outcome,
+                        v_outcome: call.outcome.as_str(),
                         v_status: call.status,
                         v_excerpt: call.excerpt.as_deref(),
                         v_error: call.error.as_deref(),
@@ -423,9 +405,9 @@ impl Store {
                 sqlx::query(&event_states).bind(ids_json(&events)).execute(&mut *tx).await?;
             }
             let alone = rows_json(mine.iter().filter(|i| alone_in_its_event(i.item)).map(
-                |FinishItem { item, finish }| EventStateRow {
+                |FinishItem { item, finish, .. }| EventStateRow {
                     v_id: item.event_id,
-                    v_state: alone_event_state(finish.state),
+                    v_state: EventState::of_only_item(finish.item_state()).as_str(),
                 },
             ));
             if alone != "[]" {

@@ -42,16 +42,7 @@
 use sqlx::Row;
 
 use crate::batch::EntityKey;
-use crate::{Result, Store};
-
-/// Outbox item states.
-pub mod state {
-    pub const PENDING: &str = "pending";
-    pub const IN_FLIGHT: &str = "in_flight";
-    pub const DONE: &str = "done";
-    pub const DEAD: &str = "dead";
-    pub const SKIPPED_STALE: &str = "skipped_stale";
-}
+use crate::{AttemptOutcome, EventState, ItemState, Result, Store};
 
 /// What [`Store::replay_event`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,7 +129,7 @@ pub struct Call {
     pub action: &'static str,
     pub started_at_ms: i64,
     pub finished_at_ms: i64,
-    pub outcome: String,
+    pub outcome: AttemptOutcome,
     pub status: Option<i64>,
     /// The start of the answer, or its sealed form (see `sealed_with`).
     pub excerpt: Option<String>,
@@ -149,21 +140,112 @@ pub struct Call {
     pub sealed_with: Option<String>,
 }
 
-/// How an attempt ended, and what becomes of its item.
+/// Whether a write of an item may have reached the CRM without its outcome reaching us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Doubt {
+    /// No write of it can be out unconfirmed.
+    Clear,
+    /// One may be: the record is looked up before anything else of its entity is written,
+    /// and a dead letter in doubt counts for ordering as if applied.
+    InDoubt,
+}
+
+impl Doubt {
+    /// The doubt an item was leased with.
+    pub fn of(item: &LeasedItem) -> Doubt {
+        if item.in_doubt { Doubt::InDoubt } else { Doubt::Clear }
+    }
+
+    pub fn is_in_doubt(self) -> bool {
+        self == Doubt::InDoubt
+    }
+}
+
+/// How an attempt ended: what becomes of its item, and of its entity's version guard.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finish {
-    /// `pending` (retry at `next_attempt_at_ms`), `done`, `dead` or `skipped_stale`.
-    pub state: &'static str,
-    pub next_attempt_at_ms: i64,
-    /// Whether a write of this item may have reached the CRM unconfirmed.
-    pub in_doubt: bool,
-    pub record_id: Option<String>,
-    /// The item's last error.
-    pub error: Option<String>,
-    /// Record this version as the entity's last applied one (it only moves forward).
-    pub applied: Option<AppliedVersion>,
-    /// Every call of the attempt, in order.
-    pub calls: Vec<Call>,
+pub enum Finish {
+    /// The write is in the CRM: `done`. `version`, if any, is recorded as the entity's last
+    /// applied one (the guard only moves forward).
+    Applied { record_id: String, version: Option<AppliedVersion> },
+    /// Not written, for `reason`: a newer version was (or may have been) applied, or the
+    /// source is gone. `skipped_stale`.
+    Skipped { reason: String, doubt: Doubt },
+    /// Pending again, due at `at_ms`, after `error`.
+    Retry { at_ms: i64, error: String, doubt: Doubt },
+    /// Dead-lettered for `error`: `dead`. In doubt, its version counts as possibly applied.
+    Dead { error: String, doubt: Doubt },
+}
+
+impl Finish {
+    /// The item's state after it.
+    pub fn item_state(&self) -> ItemState {
+        match self {
+            Finish::Applied { .. } => ItemState::Done,
+            Finish::Skipped { .. } => ItemState::SkippedStale,
+            Finish::Retry { .. } => ItemState::Pending,
+            Finish::Dead { .. } => ItemState::Dead,
+        }
+    }
+
+    /// Whether a write of the item may still be in the CRM unconfirmed.
+    pub fn doubt(&self) -> Doubt {
+        match self {
+            Finish::Applied { .. } => Doubt::Clear,
+            Finish::Skipped { doubt, .. }
+            | Finish::Retry { doubt, .. }
+            | Finish::Dead { doubt, .. } => *doubt,
+        }
+    }
+
+    /// The item's last error, kept on it.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Finish::Applied { .. } => None,
+            Finish::Skipped { reason: error, .. }
+            | Finish::Retry { error, .. }
+            | Finish::Dead { error, .. } => Some(error),
+        }
+    }
+
+    pub fn record_id(&self) -> Option<&str> {
+        match self {
+            Finish::Applied { record_id, .. } => Some(record_id),
+            _ => None,
+        }
+    }
+
+    /// The item's `next_attempt_at_ms` column: when a retry is due; 0 for an item that is
+    /// finished, which no walk reads.
+    pub(crate) fn next_attempt_at_ms(&self) -> i64 {
+        match self {
+            Finish::Retry { at_ms, .. } => *at_ms,
+            _ => 0,
+        }
+    }
+
+    /// When the item finished, if this ends it.
+    pub(crate) fn finished_at_ms(&self, now_ms: i64) -> Option<i64> {
+        self.item_state().is_finished().then_some(now_ms)
+    }
+
+    /// The version guard's new values for the item's entity (applied, its text, doubted, its
+    /// text), each `None` where it does not move: a write dead-lettered in doubt may be in the
+    /// CRM, so it raises the doubted version.
+    pub(crate) fn guard_values<'a>(&'a self, item: &'a LeasedItem) -> [Option<&'a str>; 4] {
+        let (applied, applied_text) = match self {
+            Finish::Applied { version: Some(v), .. } => {
+                (Some(v.sort_key.as_str()), Some(v.text.as_str()))
+            }
+            _ => (None, None),
+        };
+        let (doubted, doubted_text) = match (self, &item.version) {
+            (Finish::Dead { doubt: Doubt::InDoubt, .. }, Some(version)) => {
+                (Some(version.as_str()), Some(item.version_text.as_deref().unwrap_or(version)))
+            }
+            _ => (None, None),
+        };
+        [applied, applied_text, doubted, doubted_text]
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,7 +257,7 @@ pub struct AttemptRecord {
     pub started_at_ms: i64,
     pub finished_at_ms: Option<i64>,
     pub action: Option<String>,
-    pub outcome: Option<String>,
+    pub outcome: Option<AttemptOutcome>,
     pub status: Option<i64>,
     pub excerpt: Option<String>,
     pub error: Option<String>,
@@ -187,17 +269,20 @@ pub struct AttemptRecord {
 
 /// `o` is the head of its entity (see the module documentation), for an entity whose item in
 /// flight, if any, has been settled. Versions compare as sort keys; an item without a version
-/// sorts by id alone. (`'in_flight'` is a state of items before migration `0007`: naming it
-/// keeps the condition within the partial indexes' own.)
-const HEAD: &str = "NOT EXISTS (SELECT 1 FROM outbox b \
+/// sorts by id alone.
+const HEAD: &str = concat!(
+    "NOT EXISTS (SELECT 1 FROM outbox b \
     WHERE b.pipeline = o.pipeline AND b.target = o.target AND b.entity = o.entity AND b.id <> o.id \
-      AND b.state IN ('pending', 'in_flight') \
-      AND ((b.in_doubt = 1 AND (COALESCE(b.version, ''), b.id) > (COALESCE(o.version, ''), o.id)) \
-        OR (o.in_doubt = 0 AND (COALESCE(b.version, ''), b.id) < (COALESCE(o.version, ''), o.id))))";
+      AND b.state = ",
+    sql_literal!(ItemState::Pending),
+    " AND ((b.in_doubt = 1 AND (COALESCE(b.version, ''), b.id) > (COALESCE(o.version, ''), o.id)) \
+        OR (o.in_doubt = 0 AND (COALESCE(b.version, ''), b.id) < (COALESCE(o.version, ''), o.id))))"
+);
 
 /// Unfinished and due. An item in flight is pending and was due when it was leased, so an item
 /// left in flight by a worker that died is due too, and found by the same walk.
-const DUE: &str = "(o.state = 'pending' AND o.next_attempt_at_ms <= $1)";
+const DUE: &str =
+    concat!("(o.state = ", sql_literal!(ItemState::Pending), " AND o.next_attempt_at_ms <= $1)");
 
 /// The lease's candidates: the free entity heads, as [`ITEM_COLUMNS`], their lane (`walk`) and
 /// whether their entity has no row yet (`new_entity`, 1 or 0), `$1` the time, `$2` the most per
@@ -219,11 +304,12 @@ pub(crate) fn lease_candidates_sql() -> String {
                CAST(CASE WHEN e.pipeline IS NULL THEN 1 ELSE 0 END AS BIGINT) AS new_entity \
              FROM outbox o LEFT JOIN entities e \
                ON e.pipeline = o.pipeline AND e.target = o.target AND e.entity = o.entity \
-             WHERE o.state = 'pending' AND o.lane = {lane} AND o.next_attempt_at_ms <= $1 \
+             WHERE o.state = {pending} AND o.lane = {lane} AND o.next_attempt_at_ms <= $1 \
                AND (e.lease_expires_at_ms IS NULL OR e.lease_expires_at_ms <= $1) \
                AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.pipeline = o.pipeline \
                  AND p.kind = 'delivery' AND p.target = o.target) \
-               AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}"
+               AND {HEAD} ORDER BY o.next_attempt_at_ms LIMIT $2) AS lane{lane}",
+            pending = sql_literal!(ItemState::Pending),
         )
     };
     format!("{} UNION ALL {}", due(LANE_FRESH), due(LANE_REPLAY))
@@ -233,34 +319,48 @@ pub(crate) fn lease_candidates_sql() -> String {
 const ITEM_COLUMNS: &str = "o.id, o.event_id, o.pipeline, o.target, o.target_index, o.entity, o.version, \
     o.version_text, o.attempts + 1 AS attempts, o.in_doubt, o.siblings";
 
-/// Writes to do (pending or in flight), across pipelines.
+/// Writes to do (pending, in flight among them), across pipelines.
 pub(crate) const UNFINISHED_COUNT: &str =
-    "SELECT COUNT(*) FROM outbox WHERE state IN ('pending', 'in_flight')";
+    concat!("SELECT COUNT(*) FROM outbox WHERE state = ", sql_literal!(ItemState::Pending));
 
 /// Writes dead-lettered, across pipelines.
-pub(crate) const DEAD_COUNT: &str = "SELECT COUNT(*) FROM outbox WHERE state = 'dead'";
+pub(crate) const DEAD_COUNT: &str =
+    concat!("SELECT COUNT(*) FROM outbox WHERE state = ", sql_literal!(ItemState::Dead));
 
 /// When the oldest write to do was received: an item is created with its event's receipt
 /// time, so there is no join to `events`.
-pub(crate) const OLDEST_UNFINISHED: &str =
-    "SELECT MIN(created_at_ms) FROM outbox WHERE state IN ('pending', 'in_flight')";
+pub(crate) const OLDEST_UNFINISHED: &str = concat!(
+    "SELECT MIN(created_at_ms) FROM outbox WHERE state = ",
+    sql_literal!(ItemState::Pending)
+);
 
-/// Recomputes an event's state from its items: pending work, a dead letter, or done.
-const EVENT_STATE: &str = "UPDATE events SET state = CASE \
-    WHEN EXISTS (SELECT 1 FROM outbox WHERE event_id = $1 AND state IN ('pending', 'in_flight')) THEN 'accepted' \
-    WHEN EXISTS (SELECT 1 FROM outbox WHERE event_id = $1 AND state = 'dead') THEN 'dead' \
-    ELSE 'done' END WHERE id = $1";
-
-/// The state of an event whose only item is now in `item_state`: what [`EVENT_STATE`] would
-/// compute, known without reading the event's items or locking it (no other item of it can
-/// finish at the same time).
-pub(crate) fn alone_event_state(item_state: &str) -> &'static str {
-    match item_state {
-        state::PENDING | state::IN_FLIGHT => "accepted",
-        state::DEAD => "dead",
-        _ => "done",
-    }
+/// The `CASE` that derives the state of the event `$event` (an SQL expression) from its
+/// items: pending work, a dead letter, or done. See [`EventState`](crate::EventState).
+macro_rules! event_state_of {
+    ($event:literal) => {
+        concat!(
+            "CASE WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = ",
+            $event,
+            " AND o.state = ",
+            sql_literal!(ItemState::Pending),
+            ") THEN ",
+            sql_literal!(EventState::Accepted),
+            " WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = ",
+            $event,
+            " AND o.state = ",
+            sql_literal!(ItemState::Dead),
+            ") THEN ",
+            sql_literal!(EventState::Dead),
+            " ELSE ",
+            sql_literal!(EventState::Done),
+            " END"
+        )
+    };
 }
+
+/// Recomputes an event's state from its items.
+const EVENT_STATE: &str =
+    concat!("UPDATE events SET state = ", event_state_of!("$1"), " WHERE id = $1");
 
 /// Whether `item` is the only item of its event.
 pub(crate) fn alone_in_its_event(item: &LeasedItem) -> bool {
@@ -268,10 +368,8 @@ pub(crate) fn alone_in_its_event(item: &LeasedItem) -> bool {
 }
 
 /// [`EVENT_STATE`] for many events: followed by the parenthesised list of their ids.
-pub(crate) const EVENT_STATES: &str = "UPDATE events SET state = CASE \
-    WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = events.id AND o.state IN ('pending', 'in_flight')) THEN 'accepted' \
-    WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = events.id AND o.state = 'dead') THEN 'dead' \
-    ELSE 'done' END WHERE id IN";
+pub(crate) const RECOMPUTE_EVENT_STATES: &str =
+    concat!("UPDATE events SET state = ", event_state_of!("events.id"), " WHERE id IN");
 
 /// [`LockEvent`] for many events, taken in id order (the order every batch takes them, so two
 /// batches wait for each other rather than deadlock). `events` must be sorted.
@@ -420,10 +518,11 @@ impl Store {
             "{} INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, \
                action, outcome, error) \
              SELECT o.id, o.event_id, o.attempts + 1, COALESCE(e.in_flight_owner, ''), \
-               COALESCE(e.in_flight_since_ms, $1), $1, 'lease', 'abandoned', $2 \
+               COALESCE(e.in_flight_since_ms, $1), $1, 'lease', {abandoned}, $2 \
              FROM v JOIN outbox o ON o.id = v_id JOIN entities e ON e.pipeline = o.pipeline \
                AND e.target = o.target AND e.entity = o.entity AND e.in_flight_item = o.id",
-            ids(3)
+            ids(3),
+            abandoned = sql_literal!(AttemptOutcome::Abandoned),
         );
         let abandoned_doubt = format!(
             "{} UPDATE outbox SET in_doubt = 1, attempts = attempts + 1 WHERE id IN (SELECT v_id FROM v)",
@@ -684,20 +783,16 @@ impl Store {
     /// Ends an attempt: records its calls, moves the item on, updates the version guard and
     /// releases the entity, if `item` still holds the lease (a worker whose lease was taken
     /// over cannot overwrite the work of the one that took it). Returns whether it did.
-    pub async fn finish(&self, item: &LeasedItem, finish: &Finish, now_ms: i64) -> Result<bool> {
+    pub async fn finish(
+        &self,
+        item: &LeasedItem,
+        finish: &Finish,
+        calls: &[Call],
+        now_ms: i64,
+    ) -> Result<bool> {
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
-            let (applied, applied_text) = match &finish.applied {
-                Some(v) => (Some(v.sort_key.as_str()), Some(v.text.as_str())),
-                None => (None, None),
-            };
-            // A write dead-lettered in doubt may be in the CRM: it raises the doubted version.
-            let (doubted, doubted_text) = match (finish.state, finish.in_doubt, &item.version) {
-                ("dead", true, Some(version)) => {
-                    (Some(version.as_str()), item.version_text.as_deref().or(Some(version.as_str())))
-                }
-                _ => (None, None),
-            };
+            let [applied, applied_text, doubted, doubted_text] = finish.guard_values(item);
             // The guard never moves backwards. Every assignment reads the row before the update.
             let released = sqlx::query(
                 "UPDATE entities SET lease_owner = NULL, lease_expires_at_ms = NULL, in_flight_item = NULL, \
@@ -732,26 +827,25 @@ impl Store {
             if !alone {
                 lock_event(&mut tx, item.event_id).await?;
             }
-            let finished_at = matches!(finish.state, "done" | "dead" | "skipped_stale").then_some(now_ms);
             let moved = sqlx::query(
                 "UPDATE outbox SET state = $3, next_attempt_at_ms = $4, in_doubt = $5, record_id = COALESCE($6, record_id), \
                  last_error = $7, finished_at_ms = $8, attempts = $2 WHERE id = $1",
             )
             .bind(item.id)
             .bind(item.attempts)
-            .bind(finish.state)
-            .bind(finish.next_attempt_at_ms)
-            .bind(i64::from(finish.in_doubt))
-            .bind(&finish.record_id)
-            .bind(&finish.error)
-            .bind(finished_at)
+            .bind(finish.item_state())
+            .bind(finish.next_attempt_at_ms())
+            .bind(i64::from(finish.doubt().is_in_doubt()))
+            .bind(finish.record_id())
+            .bind(finish.error())
+            .bind(finish.finished_at_ms(now_ms))
             .execute(&mut *tx)
             .await?
             .rows_affected();
             if moved == 0 {
                 return Ok(false);
             }
-            for call in &finish.calls {
+            for call in calls {
                 sqlx::query(
                     "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, \
                      action, outcome, status, excerpt, error, record_id, meta, sealed_with) \
@@ -764,7 +858,7 @@ impl Store {
                 .bind(call.started_at_ms)
                 .bind(call.finished_at_ms)
                 .bind(call.action)
-                .bind(&call.outcome)
+                .bind(call.outcome)
                 .bind(call.status)
                 .bind(&call.excerpt)
                 .bind(&call.error)
@@ -777,7 +871,7 @@ impl Store {
             if alone {
                 sqlx::query("UPDATE events SET state = $2 WHERE id = $1 AND state <> $2")
                     .bind(item.event_id)
-                    .bind(alone_event_state(finish.state))
+                    .bind(EventState::of_only_item(finish.item_state()))
                     .execute(&mut *tx)
                     .await?;
             } else {
@@ -847,22 +941,29 @@ impl Store {
                 return Ok(Replay::PayloadGone { purged_at_ms });
             }
             // Evidence first: the operator's replay is part of the item's story.
-            sqlx::query(
+            sqlx::query(concat!(
                 "INSERT INTO attempts (outbox_id, event_id, attempt, worker, started_at_ms, finished_at_ms, action, outcome) \
-                 SELECT id, event_id, attempts, 'operator', $2, $2, 'replay', 'replay_requested' \
-                 FROM outbox WHERE event_id = $1 AND state = 'dead' AND ($3 IS NULL OR target = $3)",
-            )
+                 SELECT id, event_id, attempts, 'operator', $2, $2, 'replay', ",
+                sql_literal!(AttemptOutcome::ReplayRequested),
+                " FROM outbox WHERE event_id = $1 AND state = ",
+                sql_literal!(ItemState::Dead),
+                " AND ($3 IS NULL OR target = $3)",
+            ))
             .bind(event_id)
             .bind(now_ms)
             .bind(target)
             .execute(&mut *tx)
             .await?;
-            let replayed = sqlx::query(
-                "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at_ms = $2, last_error = NULL, \
+            let replayed = sqlx::query(concat!(
+                "UPDATE outbox SET state = ",
+                sql_literal!(ItemState::Pending),
+                ", attempts = 0, next_attempt_at_ms = $2, last_error = NULL, \
                  finished_at_ms = NULL, lane = $4 + CASE WHEN EXISTS (SELECT 1 FROM pauses p WHERE p.kind = 'delivery' \
                    AND p.pipeline = outbox.pipeline AND p.target = outbox.target) THEN $5 ELSE 0 END \
-                 WHERE event_id = $1 AND state = 'dead' AND ($3 IS NULL OR target = $3)",
-            )
+                 WHERE event_id = $1 AND state = ",
+                sql_literal!(ItemState::Dead),
+                " AND ($3 IS NULL OR target = $3)",
+            ))
             .bind(event_id)
             .bind(now_ms)
             .bind(target)
@@ -880,9 +981,11 @@ impl Store {
     /// Ids of events with a dead item, optionally of one pipeline.
     pub async fn dead_events(&self, pipeline: Option<&str>) -> Result<Vec<i64>> {
         read_on_both!(self, pool => {
-            Ok(sqlx::query_scalar(
-                "SELECT DISTINCT event_id FROM outbox WHERE state = 'dead' AND ($1 IS NULL OR pipeline = $1) ORDER BY event_id",
-            )
+            Ok(sqlx::query_scalar(concat!(
+                "SELECT DISTINCT event_id FROM outbox WHERE state = ",
+                sql_literal!(ItemState::Dead),
+                " AND ($1 IS NULL OR pipeline = $1) ORDER BY event_id",
+            ))
             .bind(pipeline)
             .fetch_all(pool)
             .await?)
@@ -907,8 +1010,15 @@ impl Store {
         // event first) and then finds nothing. SQLite: one writer.
         let postgres = matches!(self, Store::Postgres(_));
         let lock = if postgres { " FOR UPDATE" } else { "" };
-        let finished = "state IN ('done', 'dead') \
-            AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id AND outbox.state IN ('pending', 'in_flight'))";
+        let finished = concat!(
+            "state IN (",
+            sql_literal!(EventState::Done),
+            ", ",
+            sql_literal!(EventState::Dead),
+            ") AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id AND outbox.state = ",
+            sql_literal!(ItemState::Pending),
+            ")"
+        );
         let ids = crate::batch::json_rows(postgres, 1, &[("v_id", "bigint")]);
         on_both!(self, pool => {
             let mut tx = pool.begin().await?;
@@ -958,7 +1068,7 @@ impl Store {
 
     /// How many items are in each state, across pipelines (an item in flight is `pending`
     /// here: its entity names it, see the module documentation).
-    pub async fn item_states(&self) -> Result<Vec<(String, i64)>> {
+    pub async fn item_states(&self) -> Result<Vec<(ItemState, i64)>> {
         read_on_both!(self, pool => {
             Ok(sqlx::query_as("SELECT state, COUNT(*) FROM outbox GROUP BY state ORDER BY state")
                 .fetch_all(pool)

@@ -21,8 +21,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::{
-    EVENT_STATE_ACCEPTED, EVENT_STATE_DONE, IntakeRecord, NewDelivery, NewOutboxItem,
-    REPEATED_DELIVERIES_KEPT, Result, Store, StoreError, state,
+    DeliveryOutcome, EventState, IntakeRecord, ItemState, NewDelivery, NewOutboxItem,
+    REPEATED_DELIVERIES_KEPT, Result, Store, StoreError,
 };
 
 /// The statement that records the new events of a batch on PostgreSQL, with their outbox items
@@ -32,7 +32,8 @@ use crate::{
 /// key already stored is not returned, and is recorded as a repeat.
 ///
 /// Public so that the bench's pgbench baseline runs this very text.
-pub const POSTGRES_INTAKE: &str = "\
+pub const POSTGRES_INTAKE: &str = concat!(
+    "\
 WITH v AS MATERIALIZED (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[],
                          $7::text[], $8::bytea[], $9::text[], $10::text[]) WITH ORDINALITY
@@ -68,11 +69,14 @@ o AS (
 d AS (
     INSERT INTO deliveries (pipeline, event_id, outcome, received_at_ms, scope, event_key,
                             fingerprint, headers, body, sealed_with)
-    SELECT c.pipeline, c.id, 'accepted', c.received_at_ms, c.scope, c.event_key,
+    SELECT c.pipeline, c.id, ",
+    sql_literal!(DeliveryOutcome::Accepted),
+    ", c.received_at_ms, c.scope, c.event_key,
            c.fingerprint, c.headers, NULL, c.sealed_with
     FROM created c ORDER BY c.n
 )
-SELECT n, id FROM created";
+SELECT n, id FROM created"
+);
 
 /// Deliveries in one batch at most; a longer slice is recorded in batches of this size. On
 /// SQLite, 12 values a row stays far below the bound values it allows (32,766).
@@ -101,8 +105,8 @@ impl Plan {
     }
 }
 
-fn new_event_state(delivery: &NewDelivery<'_>) -> &'static str {
-    if delivery.outbox.is_empty() { EVENT_STATE_DONE } else { EVENT_STATE_ACCEPTED }
+fn new_event_state(delivery: &NewDelivery<'_>) -> EventState {
+    if delivery.outbox.is_empty() { EventState::Done } else { EventState::Accepted }
 }
 
 fn siblings(delivery: &NewDelivery<'_>) -> i64 {
@@ -140,13 +144,13 @@ macro_rules! record_repeats {
                 .bind(delivery.received_at_ms)
                 .execute(&mut *$conn)
                 .await?;
-                (IntakeRecord::Duplicate { event_id }, "duplicate", None)
+                (IntakeRecord::Duplicate { event_id }, DeliveryOutcome::Duplicate, None)
             } else {
                 sqlx::query("UPDATE events SET conflict_count = conflict_count + 1 WHERE id = $1")
                     .bind(event_id)
                     .execute(&mut *$conn)
                     .await?;
-                (IntakeRecord::Conflict { event_id }, "conflict", Some(delivery.body))
+                (IntakeRecord::Conflict { event_id }, DeliveryOutcome::Conflict, Some(delivery.body))
             };
             // Evidence is bounded: past the first few duplicates and conflicts of an event,
             // only their counts on the event grow.
@@ -285,7 +289,7 @@ async fn postgres_batch(
         .bind(firsts.iter().map(|d| d.received_at_ms).collect::<Vec<_>>())
         .bind(firsts.iter().map(|d| d.headers_json).collect::<Vec<_>>())
         .bind(firsts.iter().map(|d| d.body).collect::<Vec<_>>())
-        .bind(firsts.iter().map(|d| new_event_state(d)).collect::<Vec<_>>())
+        .bind(firsts.iter().map(|d| new_event_state(d).as_str()).collect::<Vec<_>>())
         .bind(firsts.iter().map(|d| d.sealed_with).collect::<Vec<_>>())
         .bind(item_event)
         .bind(items.iter().map(|(_, item)| item.target.as_str()).collect::<Vec<_>>())
@@ -294,7 +298,7 @@ async fn postgres_batch(
         .bind(items.iter().map(|(_, item)| item.version.as_deref()).collect::<Vec<_>>())
         .bind(items.iter().map(|(_, item)| item.version_text.as_deref()).collect::<Vec<_>>())
         .bind(items.iter().map(|(d, _)| siblings(d)).collect::<Vec<_>>())
-        .bind(state::PENDING)
+        .bind(ItemState::Pending)
         .fetch_all(&mut *connection)
         .await?;
     let mut records: Vec<Option<IntakeRecord>> = vec![None; deliveries.len()];
@@ -380,7 +384,7 @@ async fn sqlite_batch(
                 .push_bind(item.target_index)
                 .push_bind(item.entity.as_str())
                 .push_bind(item.version.as_deref())
-                .push_bind(state::PENDING)
+                .push_bind(ItemState::Pending)
                 .push_bind(d.received_at_ms)
                 .push_bind(d.received_at_ms)
                 .push_bind(item.version_text.as_deref())
@@ -397,7 +401,7 @@ async fn sqlite_batch(
             let d = &deliveries[i];
             row.push_bind(d.pipeline)
                 .push_bind(event_id)
-                .push_bind("accepted")
+                .push_bind(DeliveryOutcome::Accepted)
                 .push_bind(d.received_at_ms)
                 .push_bind(d.scope)
                 .push_bind(d.key)

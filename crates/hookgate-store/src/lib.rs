@@ -137,6 +137,9 @@ macro_rules! read_on_both {
     };
 }
 
+// First: its macros give the other modules their states' SQL text.
+#[macro_use]
+mod state;
 mod batch;
 mod delivery;
 mod intake;
@@ -145,12 +148,13 @@ mod payloads;
 
 pub use batch::FinishItem;
 pub use delivery::{
-    AppliedVersion, AttemptRecord, Backlog, Call, EntityGuard, Finish, LANE_FRESH, LANE_PARKED,
-    LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, SWEEP_BATCH, state,
+    AppliedVersion, AttemptRecord, Backlog, Call, Doubt, EntityGuard, Finish, LANE_FRESH,
+    LANE_PARKED, LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, SWEEP_BATCH,
 };
 pub use intake::{IntakeWriter, POSTGRES_INTAKE};
 pub use operate::{DeadLetter, Pause, PauseKind, ReplayFilter, TargetBacklog};
 pub use payloads::{PURGE_BATCH, PayloadTable, Purged, StoredAnswer, StoredPayload};
+pub use state::{AttemptOutcome, DeliveryOutcome, EventState, ItemState, WriteView};
 
 /// Everything about one verified delivery that the inbox keeps.
 #[derive(Debug, Clone)]
@@ -221,7 +225,7 @@ pub struct EventRecord {
     pub headers_json: String,
     /// The raw body, or its sealed form; empty once `payload_purged_at_ms` is set.
     pub body: Vec<u8>,
-    pub state: String,
+    pub state: EventState,
     pub delivery_count: i64,
     pub conflict_count: i64,
     pub last_delivery_at_ms: i64,
@@ -240,7 +244,7 @@ pub struct OutboxRecord {
     pub entity: String,
     pub version: Option<String>,
     pub version_text: Option<String>,
-    pub state: String,
+    pub state: WriteView,
     pub attempts: i64,
     pub next_attempt_at_ms: i64,
     pub in_doubt: bool,
@@ -253,7 +257,7 @@ pub struct DeliveryRecord {
     pub id: i64,
     pub pipeline: String,
     pub event_id: Option<i64>,
-    pub outcome: String,
+    pub outcome: DeliveryOutcome,
     pub received_at_ms: i64,
     pub event_key: Option<String>,
     pub fingerprint: Option<String>,
@@ -268,18 +272,11 @@ pub struct DeliveryRecord {
 /// this many duplicates, and as many conflicts; the rest are counted on the event.
 pub const REPEATED_DELIVERIES_KEPT: i64 = 20;
 
-/// Event states: `accepted` while any item is to do, then `done`, or `dead` if an item was
-/// dead-lettered. An event with no item to do is `done` at once.
-pub const EVENT_STATE_ACCEPTED: &str = "accepted";
-pub const EVENT_STATE_DONE: &str = "done";
-/// Every state an event can be in, for validating filters.
-pub const EVENT_STATES: &[&str] = &[EVENT_STATE_ACCEPTED, EVENT_STATE_DONE, state::DEAD];
-
 /// Which events to list.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
     pub pipeline: Option<String>,
-    pub state: Option<String>,
+    pub state: Option<EventState>,
     pub since_ms: Option<i64>,
     /// A cursor: only events older than this id (the last one a page showed).
     pub before_id: Option<i64>,
@@ -459,7 +456,7 @@ impl Store {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<DeliveryRecord>> {
-        self.deliveries_page("rejected", pipeline, before_id, limit).await
+        self.deliveries_page(DeliveryOutcome::Rejected, pipeline, before_id, limit).await
     }
 
     pub fn backend(&self) -> &'static str {
@@ -494,7 +491,7 @@ impl Store {
         on_both!(self, pool => {
             let id: i64 = sqlx::query_scalar(
                 "INSERT INTO deliveries (pipeline, outcome, received_at_ms, reason, headers, body, sealed_with) \
-                 VALUES ($1, 'rejected', $2, $3, $4, $5, $6) RETURNING id",
+                 VALUES ($1, $7, $2, $3, $4, $5, $6) RETURNING id",
             )
             .bind(rejected.pipeline)
             .bind(rejected.received_at_ms)
@@ -502,6 +499,7 @@ impl Store {
             .bind(rejected.headers_json)
             .bind(rejected.body)
             .bind(rejected.sealed_with)
+            .bind(DeliveryOutcome::Rejected)
             .fetch_one(pool)
             .await?;
             Ok(id)
@@ -573,7 +571,7 @@ impl Store {
                  AND received_at_ms >= $3 AND id < $4 ORDER BY id DESC LIMIT $5"
             ))
             .bind(&filter.pipeline)
-            .bind(&filter.state)
+            .bind(filter.state)
             .bind(filter.since_ms.unwrap_or(0))
             .bind(filter.before_id.unwrap_or(i64::MAX))
             .bind(filter.limit)
@@ -587,7 +585,7 @@ impl Store {
         read_on_both!(self, pool => {
             let rows = sqlx::query(
                 "SELECT o.id, o.event_id, o.target, o.target_index, o.entity, o.version, o.version_text, \
-                 CASE WHEN e.in_flight_item IS NULL THEN o.state ELSE 'in_flight' END AS state, \
+                 o.state, e.in_flight_item IS NOT NULL AS in_flight, \
                  o.attempts + CASE WHEN e.in_flight_item IS NULL THEN 0 ELSE 1 END AS attempts, \
                  o.next_attempt_at_ms, o.in_doubt, o.record_id, o.last_error FROM outbox o \
                  LEFT JOIN entities e ON e.pipeline = o.pipeline AND e.target = o.target AND e.entity = o.entity \
@@ -607,7 +605,11 @@ impl Store {
                         entity: r.try_get("entity")?,
                         version: r.try_get("version")?,
                         version_text: r.try_get("version_text")?,
-                        state: r.try_get("state")?,
+                        state: if r.try_get("in_flight")? {
+                            WriteView::InFlight
+                        } else {
+                            WriteView::Item(r.try_get("state")?)
+                        },
                         attempts: r.try_get("attempts")?,
                         next_attempt_at_ms: r.try_get("next_attempt_at_ms")?,
                         in_doubt: r.try_get::<i64, _>("in_doubt")? != 0,
@@ -620,7 +622,11 @@ impl Store {
     }
 
     /// Deliveries of a pipeline with the given outcome, oldest first.
-    pub async fn deliveries(&self, pipeline: &str, outcome: &str) -> Result<Vec<DeliveryRecord>> {
+    pub async fn deliveries(
+        &self,
+        pipeline: &str,
+        outcome: DeliveryOutcome,
+    ) -> Result<Vec<DeliveryRecord>> {
         read_on_both!(self, pool => {
             let rows = sqlx::query(&format!("{DELIVERY_COLUMNS} WHERE pipeline = $1 AND outcome = $2 ORDER BY id"))
                 .bind(pipeline)
@@ -686,6 +692,7 @@ where
     for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> EventState: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     Ok(EventRecord {
         id: row.try_get("id")?,
@@ -714,6 +721,7 @@ where
     for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> Option<Vec<u8>>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> DeliveryOutcome: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     Ok(DeliveryRecord {
         id: row.try_get("id")?,

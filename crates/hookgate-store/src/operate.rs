@@ -5,7 +5,7 @@
 use sqlx::Row;
 
 use crate::delivery::LANE_PARKED;
-use crate::{DeliveryRecord, Result, Store};
+use crate::{DeliveryOutcome, DeliveryRecord, ItemState, Result, Store, WriteView};
 
 /// What a pause holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -111,7 +111,11 @@ impl Store {
                 sqlx::query(&relane(
                     postgres,
                     "+ $3",
-                    "pipeline = $1 AND target = $2 AND state = 'pending' AND lane < $3",
+                    concat!(
+                        "pipeline = $1 AND target = $2 AND state = ",
+                        sql_literal!(ItemState::Pending),
+                        " AND lane < $3"
+                    ),
                 ))
                 .bind(&pause.pipeline)
                 .bind(&pause.target)
@@ -153,16 +157,20 @@ impl Store {
     /// Keeps parking in step with the pauses, for what the pause and resume statements could
     /// not see: parks the pending writes of paused targets created after write `after_id`
     /// (intake does not know delivery pauses), and puts back parked writes whose target is
-    /// no longer paused. Returns the highest write id, the next call's `after_id`. Each
-    /// statement is an index range: new ids, and parked rows.
-    /// `park`: whether any delivery pause is in force (else there is nothing to park).
-    pub async fn maintain_pauses(&self, after_id: i64, park: bool) -> Result<i64> {
+    /// no longer paused, by the pauses in force (`pauses`, as just read). Returns the highest
+    /// write id, the next call's `after_id`. Each statement is an index range: new ids, and
+    /// parked rows; without a delivery pause in force there is nothing to park.
+    pub async fn maintain_pauses(&self, after_id: i64, pauses: &[Pause]) -> Result<i64> {
+        let park = pauses.iter().any(|p| p.kind == PauseKind::Delivery);
         let postgres = matches!(self, Store::Postgres(_));
         let paused = "EXISTS (SELECT 1 FROM pauses p WHERE p.kind = 'delivery' \
             AND p.pipeline = outbox.pipeline AND p.target = outbox.target)";
         on_both!(self, pool => {
             if park {
-                let condition = format!("id > $1 AND state = 'pending' AND lane < $2 AND {paused}");
+                let condition = format!(
+                    "id > $1 AND state = {} AND lane < $2 AND {paused}",
+                    sql_literal!(ItemState::Pending)
+                );
                 sqlx::query(&relane(postgres, "+ $2", &condition))
                     .bind(after_id)
                     .bind(LANE_PARKED)
@@ -206,7 +214,7 @@ impl Store {
     /// a cursor.
     pub async fn deliveries_page(
         &self,
-        outcome: &str,
+        outcome: DeliveryOutcome,
         pipeline: Option<&str>,
         before_id: Option<i64>,
         limit: i64,
@@ -281,10 +289,11 @@ impl Store {
         };
         let sql = format!(
             "SELECT DISTINCT o.event_id FROM outbox o JOIN events e ON e.id = o.event_id \
-             WHERE o.state = 'dead' AND ($1 IS NULL OR o.pipeline = $1) AND ($2 IS NULL OR o.target = $2) \
+             WHERE o.state = {dead} AND ($1 IS NULL OR o.pipeline = $1) AND ($2 IS NULL OR o.target = $2) \
                AND e.received_at_ms >= $3 AND e.received_at_ms < $4 AND e.payload_purged_at_ms IS NULL \
                AND ($5 IS NULL OR o.event_id IN ({ids_source})) \
-             ORDER BY o.event_id LIMIT $6"
+             ORDER BY o.event_id LIMIT $6",
+            dead = sql_literal!(ItemState::Dead),
         );
         read_on_both!(self, pool => {
             Ok(sqlx::query_scalar(&sql)
@@ -315,12 +324,12 @@ impl Store {
             }
             let Some(last) = backlog.last_mut() else { continue };
             match state.as_str() {
-                "pending" => last.pending += count,
                 // Items in flight are pending in `outbox`, and counted there too.
-                "in_flight" => {
+                text if text == WriteView::InFlight.as_str() => {
                     last.in_flight += count;
                     last.pending -= count;
                 }
+                text if text == ItemState::Pending.as_str() => last.pending += count,
                 _ => last.dead += count,
             }
         }
@@ -334,22 +343,31 @@ impl Store {
 /// planned as a scan of the table. Writes in flight are named by their entities' rows, which
 /// carry no index on it (so that leases update them in place): that arm reads `entities`,
 /// one short row per entity, and its count is taken from the pending one.
-pub(crate) const TARGET_BACKLOG: &str = "SELECT pipeline, target, state, COUNT(*) FROM outbox \
-       WHERE state IN ('pending', 'in_flight') GROUP BY pipeline, target, state \
-     UNION ALL SELECT pipeline, target, state, COUNT(*) FROM outbox \
-       WHERE state = 'dead' GROUP BY pipeline, target, state \
-     UNION ALL SELECT pipeline, target, 'in_flight', COUNT(*) FROM entities \
-       WHERE in_flight_item IS NOT NULL GROUP BY pipeline, target \
-     ORDER BY 1, 2";
+pub(crate) const TARGET_BACKLOG: &str = concat!(
+    "SELECT pipeline, target, state, COUNT(*) FROM outbox WHERE state = ",
+    sql_literal!(ItemState::Pending),
+    " GROUP BY pipeline, target, state \
+     UNION ALL SELECT pipeline, target, state, COUNT(*) FROM outbox WHERE state = ",
+    sql_literal!(ItemState::Dead),
+    " GROUP BY pipeline, target, state \
+     UNION ALL SELECT pipeline, target, ",
+    sql_literal!(WriteView::InFlight),
+    ", COUNT(*) FROM entities WHERE in_flight_item IS NOT NULL GROUP BY pipeline, target \
+     ORDER BY 1, 2"
+);
 
 /// A page of dead letters, newest first: `$1` pipeline and `$2` target (either may be NULL:
 /// all), `$3` below this write id, `$4` at most.
-pub(crate) const DEAD_LETTERS: &str = "SELECT o.id, o.event_id, o.pipeline, o.target, o.entity, \
+pub(crate) const DEAD_LETTERS: &str = concat!(
+    "SELECT o.id, o.event_id, o.pipeline, o.target, o.entity, \
        o.version, o.version_text, o.attempts, o.in_doubt, o.last_error, o.finished_at_ms, \
        e.event_key, e.scope, e.event_type, e.received_at_ms \
      FROM outbox o JOIN events e ON e.id = o.event_id \
-     WHERE o.state = 'dead' AND ($1 IS NULL OR o.pipeline = $1) AND ($2 IS NULL OR o.target = $2) \
-       AND o.id < $3 ORDER BY o.id DESC LIMIT $4";
+     WHERE o.state = ",
+    sql_literal!(ItemState::Dead),
+    " AND ($1 IS NULL OR o.pipeline = $1) AND ($2 IS NULL OR o.target = $2) \
+       AND o.id < $3 ORDER BY o.id DESC LIMIT $4"
+);
 
 /// A statement moving the lanes of the writes that match `condition` by `shift` (parking or
 /// putting back). On PostgreSQL it skips rows another transaction holds (a lease, a finish),

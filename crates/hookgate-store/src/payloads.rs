@@ -66,8 +66,11 @@ impl Purged {
 }
 
 /// An event with no write to do.
-const NO_WORK_TO_DO: &str = "NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id \
-    AND outbox.state IN ('pending', 'in_flight'))";
+const NO_WORK_TO_DO: &str = concat!(
+    "NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.event_id = events.id AND outbox.state = ",
+    sql_literal!(ItemState::Pending),
+    ")"
+);
 
 /// Rows changed per statement by [`Store::purge_payloads`]: short transactions, so intake and
 /// workers are not held up behind one large update.

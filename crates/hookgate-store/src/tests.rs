@@ -102,7 +102,7 @@ async fn new_duplicate_and_conflicting_deliveries() {
             "a duplicate schedules nothing"
         );
 
-        let outcomes: Vec<(String, Option<Vec<u8>>)> = store
+        let outcomes: Vec<(DeliveryOutcome, Option<Vec<u8>>)> = store
             .deliveries_for(event_id)
             .await
             .unwrap()
@@ -112,9 +112,9 @@ async fn new_duplicate_and_conflicting_deliveries() {
         assert_eq!(
             outcomes,
             [
-                ("accepted".into(), None),
-                ("duplicate".into(), None),
-                ("conflict".into(), Some(b"two".to_vec()))
+                (DeliveryOutcome::Accepted, None),
+                (DeliveryOutcome::Duplicate, None),
+                (DeliveryOutcome::Conflict, Some(b"two".to_vec()))
             ]
         );
 
@@ -146,7 +146,7 @@ async fn outbox_items_are_stored_with_the_event() {
         assert_eq!(items[0].entity, "E");
         assert_eq!(items[0].version.as_deref(), Some("v1"));
         assert_eq!(items[0].version_text.as_deref(), Some("1"), "the sender's form, for evidence");
-        assert_eq!(items[0].state, state::PENDING);
+        assert_eq!(items[0].state, WriteView::Item(ItemState::Pending));
         assert_eq!((items[0].attempts, items[0].next_attempt_at_ms), (0, 1_000));
         assert_eq!(items[1].entity, "ext-1");
     })
@@ -165,7 +165,7 @@ async fn rejected_deliveries_keep_their_body() {
             sealed_with: None,
         };
         store.record_rejection(&rejected).await.unwrap();
-        let kept = store.deliveries("p", "rejected").await.unwrap();
+        let kept = store.deliveries("p", DeliveryOutcome::Rejected).await.unwrap();
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].body.as_deref(), Some(&[0xff, 0x00, 0xfe][..]));
         assert_eq!(kept[0].reason.as_deref(), Some("key: the body is not valid JSON"));
@@ -243,21 +243,29 @@ async fn item(store: &Store, key: &str, entity: &str, version: Option<&str>, at:
     }
 }
 
-fn finish(state: &'static str, applied: Option<&str>) -> Finish {
-    Finish {
-        state,
-        next_attempt_at_ms: 0,
-        in_doubt: false,
-        record_id: Some("R1".into()),
-        error: None,
-        applied: applied.map(|v| AppliedVersion { sort_key: v.into(), text: format!("v{v}") }),
-        calls: Vec::new(),
+/// The write applied, as record `R1`, at `version` if any.
+fn applied_at(version: Option<&str>) -> Finish {
+    Finish::Applied {
+        record_id: "R1".into(),
+        version: version.map(|v| AppliedVersion { sort_key: v.into(), text: format!("v{v}") }),
     }
 }
 
+fn skipped() -> Finish {
+    Finish::Skipped { reason: "stale".into(), doubt: Doubt::Clear }
+}
+
+fn dead_letter(doubt: Doubt) -> Finish {
+    Finish::Dead { error: "rejected: no".into(), doubt }
+}
+
+fn retry_at(at_ms: i64) -> Finish {
+    Finish::Retry { at_ms, error: "failed".into(), doubt: Doubt::Clear }
+}
+
 /// A failed attempt that leaves its item in doubt, to retry at `at`.
-fn in_doubt_until(at: i64) -> Finish {
-    Finish { next_attempt_at_ms: at, in_doubt: true, ..finish(state::PENDING, None) }
+fn in_doubt_until(at_ms: i64) -> Finish {
+    Finish::Retry { at_ms, error: "no answer".into(), doubt: Doubt::InDoubt }
 }
 
 async fn applied(store: &Store, entity: &str) -> Option<String> {
@@ -290,12 +298,12 @@ async fn leasing_takes_one_item_per_entity_in_version_order() {
         assert!(store.lease("w2", 100, 1_000, 10).await.unwrap().is_empty(), "entities held by w1");
 
         // A1 applied: A3 becomes the head; its version is newer, so it is applied too.
-        assert!(store.finish(&leased[0], &finish(state::DONE, Some("1")), 100).await.unwrap());
+        assert!(store.finish(&leased[0], &applied_at(Some("1")), &[], 100).await.unwrap());
         let next = store.lease("w2", 101, 1_000, 10).await.unwrap();
         assert_eq!(events_of(&next), [a3], "B is still held by w1");
-        assert_eq!(store.event(a1).await.unwrap().unwrap().state, "done");
+        assert_eq!(store.event(a1).await.unwrap().unwrap().state, EventState::Done);
         assert_eq!(applied(&store, "A").await.as_deref(), Some("1"));
-        assert!(store.finish(&next[0], &finish(state::DONE, Some("3")), 101).await.unwrap());
+        assert!(store.finish(&next[0], &applied_at(Some("3")), &[], 101).await.unwrap());
         let guard = store.entity_guard("p", "t", "A").await.unwrap();
         assert_eq!(guard.applied.map(|a| (a.sort_key, a.text)), Some(("3".into(), "v3".into())));
         // The guard never moves backwards.
@@ -304,9 +312,7 @@ async fn leasing_takes_one_item_per_entity_in_version_order() {
         let late_item = leased.iter().find(|i| i.event_id == late).unwrap();
         let applied_with_lease = late_item.guard.applied.as_ref().map(|a| a.text.as_str());
         assert_eq!(applied_with_lease, Some("v3"), "the lease reads its entity's guard");
-        assert!(
-            store.finish(late_item, &finish(state::SKIPPED_STALE, Some("2")), 102).await.unwrap()
-        );
+        assert!(store.finish(late_item, &skipped(), &[], 102).await.unwrap());
         assert_eq!(applied(&store, "A").await.as_deref(), Some("3"));
     })
     .await;
@@ -329,17 +335,22 @@ async fn an_expired_lease_passes_to_another_worker_and_fences_the_first() {
         assert_eq!(second.attempts, 2);
         assert!(second.in_doubt, "the first worker may have written: look up before writing");
         // The first worker wakes up: its lease is gone, its results are refused.
-        assert!(!store.finish(&first, &finish(state::DONE, None), 310).await.unwrap());
+        assert!(!store.finish(&first, &applied_at(None), &[], 310).await.unwrap());
         assert_eq!(store.renew_leases(&[renew(&first, 400)]).await.unwrap(), [false]);
-        let done =
-            Finish { calls: vec![call("lookup", "reconciled", 320)], ..finish(state::DONE, None) };
-        assert!(store.finish(&second, &done, 330).await.unwrap());
+        let calls = [call("lookup", "reconciled", 320)];
+        assert!(store.finish(&second, &applied_at(None), &calls, 330).await.unwrap());
         let attempts = store.attempts_for(event).await.unwrap();
         let story: Vec<_> = attempts
             .iter()
             .map(|a| {
                 let action = a.action.as_deref().unwrap();
-                (a.attempt, action, a.outcome.as_deref(), a.started_at_ms, a.finished_at_ms)
+                (
+                    a.attempt,
+                    action,
+                    a.outcome.map(AttemptOutcome::as_str),
+                    a.started_at_ms,
+                    a.finished_at_ms,
+                )
             })
             .collect();
         assert_eq!(
@@ -372,13 +383,13 @@ async fn an_item_in_flight_counts_as_in_doubt() {
         assert!(taken[0].in_doubt);
         assert!(store.outbox_for(v5).await.unwrap()[0].in_doubt, "the doubt is recorded");
         // The lookup fails: v5 waits in doubt, and v3 waits behind it.
-        assert!(store.finish(&taken[0], &in_doubt_until(2_000), 310).await.unwrap());
+        assert!(store.finish(&taken[0], &in_doubt_until(2_000), &[], 310).await.unwrap());
         assert!(store.lease("w2", 1_000, 3_000, 10).await.unwrap().is_empty());
         // A definitive answer (not applied; then refused with a 503) clears the doubt.
         let again = store.lease("w2", 2_000, 3_000, 10).await.unwrap().remove(0);
         assert_eq!(again.event_id, v5);
         assert!(again.in_doubt);
-        assert!(store.finish(&again, &finish(state::PENDING, None), 2_010).await.unwrap());
+        assert!(store.finish(&again, &retry_at(0), &[], 2_010).await.unwrap());
         assert!(!store.outbox_for(v5).await.unwrap()[0].in_doubt);
         // Not in doubt and pending, v5 is no longer ahead of the older v3.
         assert_eq!(events_of(&store.lease("w3", 2_020, 4_000, 10).await.unwrap()), [v3]);
@@ -395,8 +406,8 @@ async fn an_item_left_in_flight_behind_a_replayed_write_stays_in_doubt() {
         // v7 is dead-lettered in doubt; then v5 arrives and w1 leases it.
         let v7 = item(&store, "v7", "E", Some("7"), 10).await;
         let held = store.lease("w0", 20, 30, 10).await.unwrap().remove(0);
-        let dead = Finish { in_doubt: true, ..finish(state::DEAD, None) };
-        assert!(store.finish(&held, &dead, 25).await.unwrap());
+        let dead = dead_letter(Doubt::InDoubt);
+        assert!(store.finish(&held, &dead, &[], 25).await.unwrap());
         let v5 = item(&store, "v5", "E", Some("5"), 40).await;
         let first = store.lease("w1", 100, 200, 10).await.unwrap();
         assert_eq!(events_of(&first), [v5]);
@@ -419,10 +430,10 @@ async fn an_item_left_in_flight_behind_a_replayed_write_stays_in_doubt() {
             .collect();
         assert_eq!(
             story,
-            [(1, Some("abandoned".into()), first[0].lease_owner.clone(), 100, Some(250))]
+            [(1, Some(AttemptOutcome::Abandoned), first[0].lease_owner.clone(), 100, Some(250))]
         );
         // v7 is found applied; v5 is older, but may be out too: it is looked up next.
-        assert!(store.finish(&next[0], &finish(state::DONE, Some("7")), 260).await.unwrap());
+        assert!(store.finish(&next[0], &applied_at(Some("7")), &[], 260).await.unwrap());
         let last = store.lease("w3", 270, 400, 10).await.unwrap();
         assert_eq!(events_of(&last), [v5]);
         assert!(last[0].in_doubt);
@@ -447,7 +458,7 @@ async fn a_write_in_doubt_is_settled_before_an_older_version_is_leased() {
         assert_eq!(events_of(&next), [v3], "the write in doubt comes before any older version");
         assert!(next[0].in_doubt);
         // Its lookup fails: it stays in doubt, and the entity waits for it.
-        assert!(store.finish(&next[0], &in_doubt_until(400), 260).await.unwrap());
+        assert!(store.finish(&next[0], &in_doubt_until(400), &[], 260).await.unwrap());
         assert!(
             store.lease("w2", 300, 500, 10).await.unwrap().is_empty(),
             "nothing older is written while v3 is in doubt and backing off"
@@ -455,11 +466,11 @@ async fn a_write_in_doubt_is_settled_before_an_older_version_is_leased() {
         let again = store.lease("w3", 400, 800, 10).await.unwrap();
         assert_eq!(events_of(&again), [v3]);
         // The lookup shows v3 applied: v1 and v2 are older, and stale.
-        assert!(store.finish(&again[0], &finish(state::DONE, Some("3")), 410).await.unwrap());
+        assert!(store.finish(&again[0], &applied_at(Some("3")), &[], 410).await.unwrap());
         let rest = store.lease("w3", 420, 800, 10).await.unwrap();
         assert_eq!(events_of(&rest), [v1], "then the rest in version order");
         assert_eq!(applied(&store, "E").await.as_deref(), Some("3"), "which the guard skips");
-        assert!(store.finish(&rest[0], &finish(state::SKIPPED_STALE, None), 430).await.unwrap());
+        assert!(store.finish(&rest[0], &skipped(), &[], 430).await.unwrap());
         assert_eq!(events_of(&store.lease("w3", 440, 800, 10).await.unwrap()), [v2]);
     })
     .await;
@@ -473,7 +484,7 @@ async fn newer_arrivals_wait_behind_a_write_in_doubt_and_older_ones_too() {
         let v10 = item(&store, "v10", "E", Some("10"), 10).await;
         let held = store.lease("w", 100, 1_000, 10).await.unwrap().remove(0);
         // The write's answer is lost and the lookup after it refused.
-        assert!(store.finish(&held, &in_doubt_until(500), 120).await.unwrap());
+        assert!(store.finish(&held, &in_doubt_until(500), &[], 120).await.unwrap());
         for (key, version) in [("v7", "07"), ("v8", "08"), ("v9", "09"), ("v11", "11")] {
             item(&store, key, "E", Some(version), 130).await;
         }
@@ -488,8 +499,8 @@ async fn a_write_dead_lettered_in_doubt_counts_as_applied_for_ordering() {
     on_both_backends(|store| async move {
         let v5 = item(&store, "v5", "E", Some("5"), 10).await;
         let held = store.lease("w", 100, 1_000, 10).await.unwrap().remove(0);
-        let dead = Finish { in_doubt: true, ..finish(state::DEAD, None) };
-        assert!(store.finish(&held, &dead, 110).await.unwrap());
+        let dead = dead_letter(Doubt::InDoubt);
+        assert!(store.finish(&held, &dead, &[], 110).await.unwrap());
 
         let guard = store.entity_guard("p", "t", "E").await.unwrap();
         assert_eq!(guard.applied, None);
@@ -504,12 +515,7 @@ async fn a_write_dead_lettered_in_doubt_counts_as_applied_for_ordering() {
         let replayed = store.lease("w", 200, 1_000, 10).await.unwrap().remove(0);
         assert!(replayed.in_doubt);
         assert!(store.entity_guard("p", "t", "E").await.unwrap().doubted.is_some());
-        assert!(
-            store
-                .finish(&replayed, &Finish { in_doubt: true, ..finish(state::DEAD, None) }, 210)
-                .await
-                .unwrap()
-        );
+        assert!(store.finish(&replayed, &dead_letter(Doubt::InDoubt), &[], 210).await.unwrap());
 
         // Retention deletes the dead letter, not what it says about the entity.
         assert_eq!(store.sweep("p", 1_000).await.unwrap(), 1);
@@ -548,17 +554,13 @@ async fn finishing_two_items_of_one_event_at_once_leaves_the_event_done() {
             let (a, b) = (store.clone(), store.clone());
             let (first, second) = (leased[0].clone(), leased[1].clone());
             let (x, y) = tokio::join!(
-                tokio::spawn(
-                    async move { a.finish(&first, &finish(state::DONE, None), 2_100).await }
-                ),
-                tokio::spawn(
-                    async move { b.finish(&second, &finish(state::DONE, None), 2_100).await }
-                ),
+                tokio::spawn(async move { a.finish(&first, &applied_at(None), &[], 2_100).await }),
+                tokio::spawn(async move { b.finish(&second, &applied_at(None), &[], 2_100).await }),
             );
             assert!(x.unwrap().unwrap() && y.unwrap().unwrap());
             assert_eq!(
                 store.event(event_id).await.unwrap().unwrap().state,
-                "done",
+                EventState::Done,
                 "round {round}"
             );
         }
@@ -605,8 +607,8 @@ async fn concurrent_leasers_never_hold_one_entity_twice() {
                             );
                             tokio::task::yield_now().await;
                             held.lock().unwrap().remove(&leased.entity);
-                            let done = finish(state::DONE, leased.version.as_deref());
-                            assert!(store.finish(&leased, &done, 100).await.unwrap());
+                            let done = applied_at(leased.version.as_deref());
+                            assert!(store.finish(&leased, &done, &[], 100).await.unwrap());
                         }
                     }
                 })
@@ -616,7 +618,7 @@ async fn concurrent_leasers_never_hold_one_entity_twice() {
             worker.await.unwrap();
         }
         assert_eq!(store.unfinished_items().await.unwrap(), 0);
-        assert_eq!(store.item_states().await.unwrap(), [("done".to_owned(), 60)]);
+        assert_eq!(store.item_states().await.unwrap(), [(ItemState::Done, 60)]);
     })
     .await;
 }
@@ -627,21 +629,24 @@ async fn dead_letters_do_not_block_their_entity_and_can_be_replayed() {
         let first = item(&store, "k1", "E", Some("1"), 10).await;
         let second = item(&store, "k2", "E", Some("2"), 11).await;
         let leased = store.lease("w", 100, 1_000, 10).await.unwrap().remove(0);
-        let dead = Finish { error: Some("rejected: bad".into()), ..finish(state::DEAD, None) };
-        assert!(store.finish(&leased, &dead, 100).await.unwrap());
-        assert_eq!(store.event(first).await.unwrap().unwrap().state, "dead");
+        let dead = Finish::Dead { error: "rejected: bad".into(), doubt: Doubt::Clear };
+        assert!(store.finish(&leased, &dead, &[], 100).await.unwrap());
+        assert_eq!(store.event(first).await.unwrap().unwrap().state, EventState::Dead);
         assert_eq!(store.entity_guard("p", "t", "E").await.unwrap().doubted, None, "not in doubt");
         let next = store.lease("w", 101, 1_000, 10).await.unwrap();
         assert_eq!(next[0].event_id, second, "the dead item does not block the entity");
-        assert!(store.finish(&next[0], &finish(state::DONE, Some("2")), 101).await.unwrap());
+        assert!(store.finish(&next[0], &applied_at(Some("2")), &[], 101).await.unwrap());
 
         assert_eq!(store.dead_events(Some("p")).await.unwrap(), [first]);
         assert_eq!(store.replay_event(first, 200).await.unwrap(), Replay::Queued(1));
-        assert_eq!(store.event(first).await.unwrap().unwrap().state, "accepted");
+        assert_eq!(store.event(first).await.unwrap().unwrap().state, EventState::Accepted);
         let replayed = store.lease("w", 201, 1_000, 10).await.unwrap().remove(0);
         assert_eq!((replayed.event_id, replayed.attempts), (first, 1));
         let story = store.attempts_for(first).await.unwrap();
-        assert_eq!(story.last().unwrap().outcome.as_deref(), Some("replay_requested"));
+        assert_eq!(
+            story.last().unwrap().outcome.map(AttemptOutcome::as_str),
+            Some("replay_requested")
+        );
     })
     .await;
 }
@@ -654,7 +659,7 @@ async fn retention_sweeps_finished_events_only() {
         let recent = item(&store, "new", "E3", None, 1_000).await;
         let leased = store.lease("w", 100, 1_000, 10).await.unwrap();
         let done = leased.iter().find(|i| i.event_id == finished).unwrap();
-        assert!(store.finish(done, &finish(state::DONE, None), 100).await.unwrap());
+        assert!(store.finish(done, &applied_at(None), &[], 100).await.unwrap());
         store
             .record_rejection(&RejectedDelivery {
                 pipeline: "p",
@@ -671,7 +676,7 @@ async fn retention_sweeps_finished_events_only() {
         assert!(store.event(finished).await.unwrap().is_none());
         assert!(store.event(pending).await.unwrap().is_some(), "never while an item is to do");
         assert!(store.event(recent).await.unwrap().is_some());
-        assert!(store.deliveries("p", "rejected").await.unwrap().is_empty());
+        assert!(store.deliveries("p", DeliveryOutcome::Rejected).await.unwrap().is_empty());
     })
     .await;
 }
@@ -687,10 +692,9 @@ async fn retention_sweeps_in_batches_and_leaves_no_evidence_behind() {
         }
         let leased = store.lease("w", 100, 1_000, 10_000).await.unwrap();
         assert_eq!(leased.len(), events);
-        let done =
-            Finish { calls: vec![call("upsert", "created", 100)], ..finish(state::DONE, None) };
+        let (done, calls) = (applied_at(None), [call("upsert", "created", 100)]);
         let items: Vec<FinishItem<'_>> =
-            leased.iter().map(|item| FinishItem { item, finish: &done }).collect();
+            leased.iter().map(|item| FinishItem { item, finish: &done, calls: &calls }).collect();
         assert!(store.finish_batch(&items, 200).await.unwrap().into_iter().all(|held| held));
         let last = leased.iter().map(|item| item.event_id).max().unwrap();
         assert_eq!(store.attempts_for(last).await.unwrap().len(), 1);
@@ -716,7 +720,7 @@ async fn payload_retention_keeps_events_and_dedupe_and_spares_pending_work() {
         let recent = item(&store, "new", "E3", None, 1_000).await;
         let leased = store.lease("w", 100, 1_000, 10).await.unwrap();
         let done = leased.iter().find(|i| i.event_id == finished).unwrap();
-        assert!(store.finish(done, &finish(state::DONE, None), 100).await.unwrap());
+        assert!(store.finish(done, &applied_at(None), &[], 100).await.unwrap());
         let rejected = store
             .record_rejection(&RejectedDelivery {
                 pipeline: "p",
@@ -738,7 +742,7 @@ async fn payload_retention_keeps_events_and_dedupe_and_spares_pending_work() {
             let event = store.event(kept).await.unwrap().unwrap();
             assert!(!event.body.is_empty() && event.payload_purged_at_ms.is_none(), "{event:?}");
         }
-        let rows = store.deliveries("p", "rejected").await.unwrap();
+        let rows = store.deliveries("p", DeliveryOutcome::Rejected).await.unwrap();
         assert_eq!(rows[0].id, rejected);
         assert_eq!((rows[0].body.as_deref(), rows[0].payload_purged_at_ms), (None, Some(600)));
         // Rotation has nothing left to do with a purged row.
@@ -778,7 +782,7 @@ async fn payload_retention_catches_up_with_more_deliveries_than_a_batch() {
         assert_eq!((first.events, first.deliveries, first.full()), (0, 500, true));
         let second = store.purge_payloads("p", 500, 600).await.unwrap();
         assert_eq!((second.deliveries, second.full()), (1, false));
-        let kept = store.deliveries("p", "rejected").await.unwrap();
+        let kept = store.deliveries("p", DeliveryOutcome::Rejected).await.unwrap();
         assert!(kept.iter().all(|d| d.body.is_none()), "every body is gone");
     })
     .await;
@@ -916,7 +920,7 @@ fn call(action: &'static str, outcome: &str, at: i64) -> Call {
         action,
         started_at_ms: at,
         finished_at_ms: at + 5,
-        outcome: outcome.into(),
+        outcome: AttemptOutcome::parse(outcome).expect("an attempt outcome"),
         status: Some(200),
         excerpt: Some(format!("{{\"{outcome}\":true}}")),
         error: None,
@@ -960,30 +964,25 @@ async fn batches_renew_and_finish_each_item_as_if_alone() {
         let again = store.renew_leases(&[renew(ia), renew(ic)]).await.unwrap();
         assert_eq!(again, [true, false], "the lease on C was lost");
 
-        let applied_a = Finish {
-            calls: vec![call("upsert", "created", 100)],
-            ..finish(state::DONE, Some("1"))
-        };
-        let retry_b = Finish {
-            next_attempt_at_ms: 5_000,
-            calls: vec![call("lookup", "not_found", 100), call("upsert", "retryable", 110)],
-            ..finish(state::PENDING, None)
-        };
-        let done = finish(state::DONE, None);
+        let applied_a = applied_at(Some("1"));
+        let calls_a = [call("upsert", "created", 100)];
+        let retry_b = retry_at(5_000);
+        let calls_b = [call("lookup", "not_found", 100), call("upsert", "retryable", 110)];
+        let done = applied_at(None);
         let mut items = vec![
-            FinishItem { item: ia, finish: &applied_a },
-            FinishItem { item: ib, finish: &retry_b },
-            FinishItem { item: ic, finish: &done },
+            FinishItem { item: ia, finish: &applied_a, calls: &calls_a },
+            FinishItem { item: ib, finish: &retry_b, calls: &calls_b },
+            FinishItem { item: ic, finish: &done, calls: &[] },
         ];
-        items.extend(pair_items.iter().map(|item| FinishItem { item, finish: &done }));
+        items.extend(pair_items.iter().map(|item| FinishItem { item, finish: &done, calls: &[] }));
         let finished = store.finish_batch(&items, 400).await.unwrap();
         assert_eq!(finished, [true, true, false, true, true], "C belongs to w2 now");
 
-        assert_eq!(store.event(a).await.unwrap().unwrap().state, "done");
+        assert_eq!(store.event(a).await.unwrap().unwrap().state, EventState::Done);
         assert_eq!(applied(&store, "A").await.as_deref(), Some("1"));
         let story = store.attempts_for(a).await.unwrap();
         assert_eq!(story.len(), 1, "{story:?}");
-        assert_eq!(story[0].outcome.as_deref(), Some("created"));
+        assert_eq!(story[0].outcome.map(AttemptOutcome::as_str), Some("created"));
         assert_eq!((story[0].started_at_ms, story[0].finished_at_ms), (100, Some(105)));
         assert_eq!(story[0].excerpt.as_deref(), Some("{\"created\":true}"));
 
@@ -998,23 +997,23 @@ async fn batches_renew_and_finish_each_item_as_if_alone() {
         assert_eq!(b_story[1].worker, ib.lease_owner);
 
         let c_item = &store.outbox_for(c).await.unwrap()[0];
-        assert_eq!(c_item.state, "in_flight", "w1 changed nothing of C");
+        assert_eq!(c_item.state, WriteView::InFlight, "w1 changed nothing of C");
         let c_story = store.attempts_for(c).await.unwrap();
         assert_eq!(
-            c_story.iter().map(|s| s.outcome.as_deref()).collect::<Vec<_>>(),
+            c_story.iter().map(|s| s.outcome.map(AttemptOutcome::as_str)).collect::<Vec<_>>(),
             [Some("abandoned")],
             "only w2's takeover: w1 recorded nothing"
         );
         assert!(store.lease("w3", 400, 3_000, 10).await.unwrap().iter().all(|i| i.event_id != c));
-        assert_eq!(store.event(pair).await.unwrap().unwrap().state, "done");
+        assert_eq!(store.event(pair).await.unwrap().unwrap().state, EventState::Done);
 
         // w2 finishes C; B is leased again when due.
         let finished = store
-            .finish_batch(&[FinishItem { item: &taken[0], finish: &done }], 500)
+            .finish_batch(&[FinishItem { item: &taken[0], finish: &done, calls: &[] }], 500)
             .await
             .unwrap();
         assert_eq!(finished, [true]);
-        assert_eq!(store.event(c).await.unwrap().unwrap().state, "done");
+        assert_eq!(store.event(c).await.unwrap().unwrap().state, EventState::Done);
         assert_eq!(events_of(&store.lease("w4", 5_000, 9_000, 10).await.unwrap()), [b]);
     })
     .await;
@@ -1035,20 +1034,20 @@ async fn a_batch_fences_two_leases_of_one_entity_by_their_own_owners() {
         let renewed = store.renew_leases(&[renew(&stale), renew(&fresh)]).await.unwrap();
         assert_eq!(renewed, [false, true], "w1's lease is gone");
 
-        let dead = Finish { in_doubt: true, ..finish(state::DEAD, None) };
-        let applied_v5 = finish(state::DONE, Some("5"));
+        let dead = dead_letter(Doubt::InDoubt);
+        let applied_v5 = applied_at(Some("5"));
         let finished = store
             .finish_batch(
                 &[
-                    FinishItem { item: &stale, finish: &dead },
-                    FinishItem { item: &fresh, finish: &applied_v5 },
+                    FinishItem { item: &stale, finish: &dead, calls: &[] },
+                    FinishItem { item: &fresh, finish: &applied_v5, calls: &[] },
                 ],
                 320,
             )
             .await
             .unwrap();
         assert_eq!(finished, [false, true]);
-        assert_eq!(store.outbox_for(v5).await.unwrap()[0].state, "done");
+        assert_eq!(store.outbox_for(v5).await.unwrap()[0].state, WriteView::Item(ItemState::Done));
         let guard = store.entity_guard("p", "t", "E").await.unwrap();
         assert_eq!(guard.applied.map(|a| a.sort_key).as_deref(), Some("5"));
         assert_eq!(guard.doubted, None, "w1's outcome is refused");
@@ -1092,7 +1091,7 @@ async fn a_delivery_pause_holds_its_target_and_resume_releases_it() {
         assert_eq!(leased.iter().map(|i| i.pipeline.as_str()).collect::<Vec<_>>(), ["q"]);
         assert_eq!(
             store.event(held).await.unwrap().unwrap().state,
-            "accepted",
+            EventState::Accepted,
             "held, not dropped"
         );
 
@@ -1116,8 +1115,8 @@ async fn replays_go_to_their_own_lane_and_leases_take_the_lanes_in_turn() {
         }
         let leased = store.lease("w", 100, 1_000, 10).await.unwrap();
         for leased in &leased {
-            let failed = Finish { error: Some("rejected: no".into()), ..finish(state::DEAD, None) };
-            assert!(store.finish(leased, &failed, 100).await.unwrap());
+            let failed = dead_letter(Doubt::Clear);
+            assert!(store.finish(leased, &failed, &[], 100).await.unwrap());
         }
         let filter = ReplayFilter {
             pipeline: Some("p".into()),
@@ -1173,14 +1172,21 @@ async fn conflicts_are_listed_newest_first_with_their_bodies() {
         store.record_intake(&delivery("k1", "f2", b"two")).await.unwrap();
         store.record_intake(&delivery("k1", "f3", b"three")).await.unwrap();
         store.record_intake(&delivery("k1", "f1", b"one")).await.unwrap();
-        let conflicts = store.deliveries_page("conflict", Some("p"), None, 10).await.unwrap();
+        let conflicts =
+            store.deliveries_page(DeliveryOutcome::Conflict, Some("p"), None, 10).await.unwrap();
         let bodies: Vec<_> = conflicts.iter().map(|c| c.body.clone().unwrap()).collect();
         assert_eq!(bodies, [b"three".to_vec(), b"two".to_vec()]);
-        let next =
-            store.deliveries_page("conflict", None, Some(conflicts[0].id), 10).await.unwrap();
+        let next = store
+            .deliveries_page(DeliveryOutcome::Conflict, None, Some(conflicts[0].id), 10)
+            .await
+            .unwrap();
         assert_eq!(next.len(), 1);
         assert!(
-            store.deliveries_page("conflict", Some("other"), None, 10).await.unwrap().is_empty()
+            store
+                .deliveries_page(DeliveryOutcome::Conflict, Some("other"), None, 10)
+                .await
+                .unwrap()
+                .is_empty()
         );
     })
     .await;
@@ -1211,7 +1217,7 @@ async fn a_paused_targets_writes_are_parked_out_of_the_lease_walks_and_put_back(
         let after = item(&store, "k2", "E2", None, 30).await;
         assert_eq!(lanes(&store).await[1], (after, LANE_FRESH));
         assert!(store.lease("w", 100, 1_000, 10).await.unwrap().is_empty(), "held, both");
-        let last = store.maintain_pauses(0, true).await.unwrap();
+        let last = store.maintain_pauses(0, std::slice::from_ref(&pause)).await.unwrap();
         assert_eq!(last, after);
         assert_eq!(lanes(&store).await, [(before, LANE_PARKED), (after, LANE_PARKED)]);
         // A replay into a paused target is parked at once, in the replay lane.
@@ -1219,15 +1225,15 @@ async fn a_paused_targets_writes_are_parked_out_of_the_lease_walks_and_put_back(
         assert_eq!(lanes(&store).await, [(before, LANE_FRESH), (after, LANE_FRESH)], "put back");
         let leased = store.lease("w", 101, 1_000, 10).await.unwrap();
         assert_eq!(events_of(&leased), [before, after]);
-        let dead = Finish { error: Some("rejected: no".into()), ..finish(state::DEAD, None) };
-        assert!(store.finish(&leased[0], &dead, 101).await.unwrap());
+        let dead = dead_letter(Doubt::Clear);
+        assert!(store.finish(&leased[0], &dead, &[], 101).await.unwrap());
         assert!(store.pause(&Pause { paused_at_ms: 102, ..pause.clone() }).await.unwrap());
         assert_eq!(store.replay_event(before, 103).await.unwrap(), Replay::Queued(1));
         assert_eq!(lanes(&store).await[0], (before, LANE_REPLAY + LANE_PARKED));
         // A pause lifted elsewhere (another gateway's resume raced a park): the upkeep puts
         // the write back.
         sqlx_delete_pauses(&store).await;
-        store.maintain_pauses(last, false).await.unwrap();
+        store.maintain_pauses(last, &[]).await.unwrap();
         assert_eq!(lanes(&store).await[0], (before, LANE_REPLAY));
         let replayed = store.lease("w2", 104, 1_000, 10).await.unwrap();
         assert_eq!(events_of(&replayed), [before]);

@@ -20,6 +20,7 @@ use hookgate_pipeline::{
 };
 use hookgate_plugin::host::{Limits, Plugin};
 
+use crate::output::Format;
 use crate::secrets::Resolver;
 
 /// The kinds of one configuration: in-tree connectors, then its plugins.
@@ -492,10 +493,13 @@ fn shown(text: &str) -> String {
 }
 
 /// A mock CRM's records: a table, or one JSON object per line.
-pub fn records_text(records: &[hookgate_connector_mock::MockRecord], json: bool) -> Result<String> {
+pub fn records_text(
+    records: &[hookgate_connector_mock::MockRecord],
+    format: Format,
+) -> Result<String> {
     use std::fmt::Write as _;
     let mut out = String::new();
-    if json {
+    if format == Format::Json {
         for record in records {
             out.push_str(&crate::events::json_line(&serde_json::to_value(record)?));
         }
@@ -518,10 +522,10 @@ pub fn records_text(records: &[hookgate_connector_mock::MockRecord], json: bool)
 }
 
 /// A mock CRM's effect log: one line per applied write, or one JSON object per line.
-pub fn effects_text(effects: &[hookgate_connector_mock::Effect], json: bool) -> Result<String> {
+pub fn effects_text(effects: &[hookgate_connector_mock::Effect], format: Format) -> Result<String> {
     use std::fmt::Write as _;
     let mut out = String::new();
-    if json {
+    if format == Format::Json {
         for effect in effects {
             out.push_str(&crate::events::json_line(&serde_json::to_value(effect)?));
         }
@@ -546,7 +550,11 @@ pub fn effects_text(effects: &[hookgate_connector_mock::Effect], json: bool) -> 
 
 /// `hookgate connectors`: a table of kinds, one JSON object per kind, or one kind's settings
 /// schema.
-pub fn kinds_text(registry: &Registry, schema: Option<&str>, json: bool) -> Result<String, String> {
+pub fn kinds_text(
+    registry: &Registry,
+    schema: Option<&str>,
+    format: Format,
+) -> Result<String, String> {
     use std::fmt::Write as _;
     if let Some(kind) = schema {
         let Some((description, _)) = registry.kinds().find(|(d, _)| d.kind == kind) else {
@@ -561,7 +569,7 @@ pub fn kinds_text(registry: &Registry, schema: Option<&str>, json: bool) -> Resu
     let mut out = String::new();
     for (description, path) in registry.kinds() {
         let origin = path.map_or_else(|| "in-tree".to_owned(), |p| p.display().to_string());
-        if json {
+        if format == Format::Json {
             let line = serde_json::json!({
                 "kind": description.kind,
                 "version": description.version,

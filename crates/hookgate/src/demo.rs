@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use hookgate_engine::{WorkerConfig, now_ms};
 use hookgate_server::ServerConfig;
-use hookgate_store::{EventFilter, StoreOptions, state};
+use hookgate_store::{AttemptOutcome, EventFilter, ItemState, StoreOptions, WriteView};
 use hookgate_verify::{Algorithm, Encoding, compute_mac};
 
 use hookgate_fakes::stripe::{self, FakeStripe};
@@ -244,7 +244,7 @@ pub async fn run(options: DemoOptions) -> Result<String> {
                 .get(&format!("hookgate-{}-{}", event.id, item.target))
                 .copied()
                 .unwrap_or(0);
-            let expected = usize::from(item.state == state::DONE);
+            let expected = usize::from(item.state == WriteView::Item(ItemState::Done));
             if count != expected {
                 wrong += 1;
             }
@@ -252,8 +252,8 @@ pub async fn run(options: DemoOptions) -> Result<String> {
                 .iter()
                 .rev()
                 .find(|a| a.outbox_id == item.id)
-                .and_then(|a| a.outcome.clone())
-                .unwrap_or_default();
+                .and_then(|a| a.outcome)
+                .map_or("", AttemptOutcome::as_str);
             let _ = writeln!(
                 out,
                 "  {:>5}  {:<18} {:<10} {:<13} {:<14} {:>8} {:>7}{}",

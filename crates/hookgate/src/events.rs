@@ -10,11 +10,14 @@ use base64::Engine as _;
 use hookgate_engine::now_ms;
 use hookgate_pipeline::evaluate::printable;
 use hookgate_pipeline::redact::{ShownBody, mask_echoes};
-use hookgate_store::{DeliveryRecord, EVENT_STATES, EventFilter, EventRecord, Replay, Store};
+use hookgate_store::{
+    AttemptOutcome, DeliveryRecord, EventFilter, EventRecord, EventState, Replay, Store,
+};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::output::{Bodies, Format};
 use crate::payloads::Views;
 
 /// Identifiers from senders (keys, scopes, entities) are shown up to this many characters.
@@ -39,21 +42,21 @@ pub fn timestamp(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
-/// Checks a list's filters: an unknown state, or a pipeline neither configured (`configured`,
+/// The event state an operator named, or an error naming the valid ones.
+pub fn event_state(text: &str) -> Result<EventState> {
+    EventState::parse(text)
+        .ok_or_else(|| anyhow::anyhow!("unknown state `{text}`: one of {}", EventState::names()))
+}
+
+/// Checks a list's filters: a pipeline neither configured (`configured`,
 /// from the pipeline files) nor ever seen by the store, is an error that names the valid ones,
 /// not an empty list.
 pub async fn check_filters(
     store: &Store,
     configured: &[String],
     pipeline: Option<&str>,
-    state: Option<&str>,
     limit: i64,
 ) -> Result<()> {
-    if let Some(state) = state
-        && !EVENT_STATES.contains(&state)
-    {
-        bail!("unknown state `{state}`: one of {}", EVENT_STATES.join(", "));
-    }
     if !(1..=PAGE_MAX).contains(&limit) {
         bail!("--limit {limit}: a page holds 1 to {PAGE_MAX} rows; use --after for the next");
     }
@@ -191,9 +194,9 @@ fn body_text(title: &str, body: &[u8]) -> String {
 
 /// The "more" line of a page: in the human form a hint with the next command's cursor, in
 /// JSON an object `{"more": {"after": ID}}`.
-fn more(out: &mut String, json: bool, page_full: bool, last_id: Option<i64>) {
+fn more(out: &mut String, format: Format, page_full: bool, last_id: Option<i64>) {
     let (true, Some(last)) = (page_full, last_id) else { return };
-    if json {
+    if format == Format::Json {
         out.push_str(&json_line(&json!({ "more": { "after": last } })));
     } else {
         let _ = writeln!(out, "more: add `--after {last}` for the next page");
@@ -209,13 +212,13 @@ fn page<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
 }
 
 /// Events, newest first, one page.
-pub async fn list(store: &Store, filter: &EventFilter, json: bool) -> Result<String> {
+pub async fn list(store: &Store, filter: &EventFilter, format: Format) -> Result<String> {
     // One more than the page, to know whether there is more.
     let events =
         store.list_events(&EventFilter { limit: filter.limit + 1, ..filter.clone() }).await?;
     let (events, page_full) = page(events, filter.limit);
     let mut out = String::new();
-    if json {
+    if format == Format::Json {
         for event in &events {
             out.push_str(&json_line(&event_json(event)));
         }
@@ -239,7 +242,7 @@ pub async fn list(store: &Store, filter: &EventFilter, json: bool) -> Result<Str
         }
         let _ = writeln!(out, "{}", plural(events.len(), "event", "events"));
     }
-    more(&mut out, json, page_full, events.last().map(|e| e.id));
+    more(&mut out, format, page_full, events.last().map(|e| e.id));
     Ok(out)
 }
 
@@ -250,17 +253,19 @@ pub async fn rejected(
     pipeline: Option<&str>,
     before_id: Option<i64>,
     limit: i64,
-    body: bool,
-    json: bool,
+    bodies: Bodies,
+    format: Format,
 ) -> Result<String> {
     let rows = store.rejected_deliveries(pipeline, before_id, limit + 1).await?;
     let (rows, page_full) = page(rows, limit);
     let mut out = String::new();
-    if json {
+    if format == Format::Json {
         for row in &rows {
             let mut line = rejected_json(row);
             // One row that cannot be opened does not hide the others: it says why instead.
-            if body && let Value::Object(map) = &mut line {
+            if bodies == Bodies::Shown
+                && let Value::Object(map) = &mut line
+            {
                 match views.open_delivery_body(row) {
                     Ok(Some(opened)) => {
                         map.insert("body".into(), shown_body_json(views, &row.pipeline, &opened));
@@ -284,7 +289,7 @@ pub async fn rejected(
                 row.pipeline,
                 printable(row.reason.as_deref().unwrap_or("-"), TEXT_CHARS_MAX)
             );
-            if body {
+            if bodies == Bodies::Shown {
                 match views.open_delivery_body(row) {
                     Ok(Some(opened)) => {
                         out.push_str(&shown_body_text(views, &row.pipeline, "  body", &opened));
@@ -302,7 +307,7 @@ pub async fn rejected(
         }
         let _ = writeln!(out, "{}", plural(rows.len(), "rejected delivery", "rejected deliveries"));
     }
-    more(&mut out, json, page_full, rows.last().map(|r| r.id));
+    more(&mut out, format, page_full, rows.last().map(|r| r.id));
     Ok(out)
 }
 
@@ -318,13 +323,19 @@ pub fn rejected_json(row: &DeliveryRecord) -> Value {
 
 /// The whole story of one event: receipt, identity, every delivery, every item and attempt;
 /// with `body`, the stored body too.
-pub async fn show(store: &Store, views: &Views, id: i64, body: bool, json: bool) -> Result<String> {
+pub async fn show(
+    store: &Store,
+    views: &Views,
+    id: i64,
+    bodies: Bodies,
+    format: Format,
+) -> Result<String> {
     let Some(event) = store.event(id).await? else { bail!("no event {id}") };
-    if json {
-        return story_json(store, views, &event, body).await;
+    if format == Format::Json {
+        return story_json(store, views, &event, bodies).await;
     }
     let mut out = story(store, views, &event).await?;
-    if body {
+    if bodies == Bodies::Shown {
         if let Some(purged) = event.payload_purged_at_ms {
             let _ = writeln!(out, "body (deleted at {} by payload_retention)", timestamp(purged));
         } else {
@@ -350,9 +361,9 @@ async fn story_json(
     store: &Store,
     views: &Views,
     event: &EventRecord,
-    body: bool,
+    bodies: Bodies,
 ) -> Result<String> {
-    Ok(json_line(&story_value(store, views, event, body).await?))
+    Ok(json_line(&story_value(store, views, event, bodies).await?))
 }
 
 /// The story of `events show --json`, as a value (the admin API answers it too).
@@ -360,7 +371,7 @@ pub async fn story_value(
     store: &Store,
     views: &Views,
     event: &EventRecord,
-    body: bool,
+    bodies: Bodies,
 ) -> Result<Value> {
     let mut object = event_json(event);
     let attempt_rows = store.attempts_for(event.id).await?;
@@ -377,7 +388,7 @@ pub async fn story_value(
                 "fingerprint": d.fingerprint,
                 "body_bytes": d.body.as_ref().map(Vec::len),
             });
-            if body
+            if bodies == Bodies::Shown
                 && let (Value::Object(map), Some(kept)) = (&mut line, views.open_delivery_body(d)?)
             {
                 map.insert("body".into(), shown_body_json(views, &event.pipeline, &kept));
@@ -432,7 +443,7 @@ pub async fn story_value(
         map.insert("writes".into(), writes.into());
         map.insert("attempts".into(), attempts.into());
         map.insert("payload".into(), payload_json(views, event));
-        if body && event.payload_purged_at_ms.is_none() {
+        if bodies == Bodies::Shown && event.payload_purged_at_ms.is_none() {
             let (opened, headers) = views.open_event(event)?;
             let headers: Vec<Value> = views
                 .shown_headers(&event.pipeline, &headers)
@@ -574,7 +585,7 @@ pub async fn story(store: &Store, views: &Views, event: &EventRecord) -> Result<
             timestamp(attempt.started_at_ms),
             duration,
             attempt.action.as_deref().unwrap_or("-"),
-            attempt.outcome.as_deref().unwrap_or("(in doubt)"),
+            attempt.outcome.map_or("(in doubt)", AttemptOutcome::as_str),
             attempt.status.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
             attempt.worker,
         );
@@ -603,7 +614,7 @@ pub async fn story(store: &Store, views: &Views, event: &EventRecord) -> Result<
 }
 
 /// Replays one event's dead writes.
-pub async fn replay(store: &Store, id: i64, json: bool) -> Result<String> {
+pub async fn replay(store: &Store, id: i64, format: Format) -> Result<String> {
     if store.event(id).await?.is_none() {
         bail!("no event {id}");
     }
@@ -615,7 +626,7 @@ pub async fn replay(store: &Store, id: i64, json: bool) -> Result<String> {
             timestamp(purged_at_ms)
         ),
     };
-    Ok(if json {
+    Ok(if format == Format::Json {
         json_line(&json!({ "event": id, "queued": replayed }))
     } else {
         format!("event {id}: {replayed} dead writes queued again\n")
@@ -623,14 +634,14 @@ pub async fn replay(store: &Store, id: i64, json: bool) -> Result<String> {
 }
 
 /// Replays every dead-lettered event, optionally of one pipeline.
-pub async fn replay_dead(store: &Store, pipeline: Option<&str>, json: bool) -> Result<String> {
+pub async fn replay_dead(store: &Store, pipeline: Option<&str>, format: Format) -> Result<String> {
     let mut out = String::new();
     let mut total = 0;
     for id in store.dead_events(pipeline).await? {
         match store.replay_event(id, now_ms()).await? {
             Replay::Queued(queued) => {
                 total += queued;
-                if json {
+                if format == Format::Json {
                     out.push_str(&json_line(&json!({ "event": id, "queued": queued })));
                 } else {
                     let _ = writeln!(out, "event {id}: queued again");
@@ -638,7 +649,7 @@ pub async fn replay_dead(store: &Store, pipeline: Option<&str>, json: bool) -> R
             }
             Replay::PayloadGone { purged_at_ms } => {
                 let deleted = timestamp(purged_at_ms);
-                if json {
+                if format == Format::Json {
                     out.push_str(&json_line(&json!({ "event": id, "queued": 0, "refused": "payload deleted", "payload_deleted_at": deleted })));
                 } else {
                     let _ = writeln!(
@@ -649,7 +660,7 @@ pub async fn replay_dead(store: &Store, pipeline: Option<&str>, json: bool) -> R
             }
         }
     }
-    if !json {
+    if format == Format::Text {
         let _ = writeln!(out, "{total} dead writes queued again");
     }
     Ok(out)

@@ -10,6 +10,7 @@
 //! - [`connectors`]: connector instances built from `hookgate.yaml`.
 //! - [`events`]: the evidence, rendered for operators.
 //! - [`payloads`]: stored payloads opened and masked for views; payload keys and rotation.
+//! - [`output`]: the form a command prints in, and whether bodies are shown.
 //! - [`demo`]: the whole path on embedded defaults, shown.
 //! - [`sign`]: signature headers for fixtures.
 //! - [`check`]: `hookgate check` (and `cargo xtask check`): pipelines, connector instances,
@@ -22,6 +23,7 @@ pub mod demo;
 pub mod events;
 pub mod files;
 pub mod fixture_new;
+pub mod output;
 pub mod payloads;
 pub mod render;
 pub mod schemas;

@@ -9,6 +9,7 @@ use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 use hookgate::check::{self, Options, SecretPolicy};
 use hookgate::demo::{self, DemoOptions};
+use hookgate::output::{Bodies, Format};
 use hookgate::render::{self, Color, MessageFormat};
 use hookgate::serve::{self, ServeOptions};
 use hookgate::{connectors, events};
@@ -608,7 +609,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if let Command::Connectors { instances, schema, json } = &cli.command {
-        return connectors_command(instances, schema.as_deref(), *json);
+        return connectors_command(instances, schema.as_deref(), Format::json_if(*json));
     }
     if let Command::Explain { code } = &cli.command {
         return explain(code);
@@ -817,30 +818,30 @@ async fn run(command: Command) -> Result<()> {
             let text = match command {
                 EventsCommand::List { pipeline, state, since, page } => {
                     let PageArgs { limit, after, json } = page;
-                    let (pipeline_name, state_name) = (pipeline.as_deref(), state.as_deref());
-                    events::check_filters(&store, &configured, pipeline_name, state_name, limit)
-                        .await?;
+                    let state = state.as_deref().map(events::event_state).transpose()?;
+                    events::check_filters(&store, &configured, pipeline.as_deref(), limit).await?;
                     let since_ms =
                         since.map(|d| now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
                     let filter = EventFilter { pipeline, state, since_ms, before_id: after, limit };
-                    events::list(&store, &filter, json).await?
+                    events::list(&store, &filter, Format::json_if(json)).await?
                 }
                 EventsCommand::Show { id, body, json } => {
-                    events::show(&store, &views, id, body, json).await?
+                    let (bodies, format) = (Bodies::shown_if(body), Format::json_if(json));
+                    events::show(&store, &views, id, bodies, format).await?
                 }
                 EventsCommand::Rejected { pipeline, body, page } => {
                     let PageArgs { limit, after, json } = page;
                     let pipeline = pipeline.as_deref();
-                    events::check_filters(&store, &configured, pipeline, None, limit).await?;
-                    events::rejected(&store, &views, pipeline, after, limit, body, json).await?
+                    events::check_filters(&store, &configured, pipeline, limit).await?;
+                    let (bodies, format) = (Bodies::shown_if(body), Format::json_if(json));
+                    events::rejected(&store, &views, pipeline, after, limit, bodies, format).await?
                 }
                 EventsCommand::Replay { id: Some(id), json, .. } => {
-                    events::replay(&store, id, json).await?
+                    events::replay(&store, id, Format::json_if(json)).await?
                 }
                 EventsCommand::Replay { id: None, dead: true, pipeline, json } => {
-                    events::check_filters(&store, &configured, pipeline.as_deref(), None, 1)
-                        .await?;
-                    events::replay_dead(&store, pipeline.as_deref(), json).await?
+                    events::check_filters(&store, &configured, pipeline.as_deref(), 1).await?;
+                    events::replay_dead(&store, pipeline.as_deref(), Format::json_if(json)).await?
                 }
                 EventsCommand::Replay { .. } => anyhow::bail!("name an event id, or `--dead`"),
             };
@@ -854,11 +855,11 @@ async fn run(command: Command) -> Result<()> {
             match command {
                 CrmCommand::Records { object, json } => {
                     let records = crm.records(object.as_deref()).await?;
-                    print!("{}", connectors::records_text(&records, json)?);
+                    print!("{}", connectors::records_text(&records, Format::json_if(json))?);
                 }
                 CrmCommand::Effects { json } => {
                     let effects = crm.effects().await?;
-                    print!("{}", connectors::effects_text(&effects, json)?);
+                    print!("{}", connectors::effects_text(&effects, Format::json_if(json))?);
                 }
             }
             crm.close().await;
@@ -901,7 +902,11 @@ fn printed(result: Result<String>) -> ExitCode {
 }
 
 /// `hookgate connectors`: the registry as this configuration makes it.
-fn connectors_command(instances: &std::path::Path, schema: Option<&str>, json: bool) -> ExitCode {
+fn connectors_command(
+    instances: &std::path::Path,
+    schema: Option<&str>,
+    format: Format,
+) -> ExitCode {
     // Without an instances file there are no plugins: the in-tree kinds are still listed.
     let loaded = std::fs::read_to_string(instances).ok().and_then(|source| {
         let (loaded, found) =
@@ -915,7 +920,7 @@ fn connectors_command(instances: &std::path::Path, schema: Option<&str>, json: b
     for problem in &problems {
         eprintln!("{problem}");
     }
-    let text = connectors::kinds_text(&registry, schema, json);
+    let text = connectors::kinds_text(&registry, schema, format);
     match text {
         Ok(text) => {
             print!("{text}");

@@ -193,10 +193,9 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
                 }
                 let kept = async {
                     let pauses = gateway.refresh_pauses().await?;
-                    let park = pauses.iter().any(|p| p.kind == hookgate_store::PauseKind::Delivery);
                     // A margin below the last id seen: PostgreSQL commits ids out of order.
                     let from = after_id.saturating_sub(PARK_ID_MARGIN);
-                    after_id = gateway.store().maintain_pauses(from, park).await?;
+                    after_id = gateway.store().maintain_pauses(from, &pauses).await?;
                     Ok::<_, hookgate_store::StoreError>(())
                 };
                 match kept.await {

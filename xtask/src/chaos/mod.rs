@@ -387,7 +387,8 @@ async fn run_backend(binary: &Path, options: &Options, backend: Backend) -> Resu
         }
     })
     .await?;
-    let hookgate_items = store.item_states().await?.into_iter().collect();
+    let hookgate_items =
+        store.item_states().await?.into_iter().map(|(state, n)| (state.to_string(), n)).collect();
     let orphaned_attempts = store.orphaned_attempts().await?;
     store.close().await;
     if backend == Backend::Postgres {

@@ -14,7 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hookgate_engine::now_ms;
 use hookgate_store::{
-    DeadLetter, EVENT_STATES, EventFilter, Pause, PauseKind, Replay, ReplayFilter, StoreError,
+    DeadLetter, DeliveryOutcome, EventFilter, EventState, Pause, PauseKind, Replay, ReplayFilter,
+    StoreError,
 };
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,7 @@ use serde_json::Value;
 
 use super::Admin;
 use crate::events::{self, PAGE_MAX, timestamp};
+use crate::output::Bodies;
 
 /// A page holds this many rows unless `limit` says otherwise.
 pub const PAGE_DEFAULT: i64 = 50;
@@ -187,12 +189,12 @@ impl Admin {
     /// Checks a pipeline filter: configured, or known to the store.
     async fn check_pipeline(&self, pipeline: Option<&str>) -> Result<(), Failure> {
         let configured = self.gateway.pipeline_names();
-        events::check_filters(self.gateway.store(), &configured, pipeline, None, 1).await.map_err(
-            |e| match e.downcast_ref::<StoreError>() {
+        events::check_filters(self.gateway.store(), &configured, pipeline, 1).await.map_err(|e| {
+            match e.downcast_ref::<StoreError>() {
                 Some(_) => Failure::from(e),
                 None => Failure::bad(format!("pipeline: {e:#}")),
-            },
-        )
+            }
+        })
     }
 
     /// A served pipeline's targets, or 404 naming the served pipelines.
@@ -265,15 +267,16 @@ async fn list_events(
 ) -> Answer<EventsPage> {
     let q = query(q)?;
     let limit = page_limit(q.limit)?;
-    if let Some(state) = &q.state
-        && !EVENT_STATES.contains(&state.as_str())
-    {
-        return Err(Failure::bad(format!("state `{state}`: one of {}", EVENT_STATES.join(", "))));
-    }
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(text) => Some(EventState::parse(text).ok_or_else(|| {
+            Failure::bad(format!("state `{text}`: one of {}", EventState::names()))
+        })?),
+    };
     admin.check_pipeline(q.pipeline.as_deref()).await?;
     let filter = EventFilter {
         pipeline: q.pipeline,
-        state: q.state,
+        state,
         since_ms: since_ms(q.since.as_deref())?,
         before_id: q.after,
         limit: limit + 1,
@@ -409,7 +412,8 @@ async fn show_event(
     let Some(event) = store.event(id).await? else {
         return Err(Failure::not_found(format!("no event {id}")));
     };
-    let story = events::story_value(store, &admin.views(), &event, q.body.unwrap_or(false)).await?;
+    let bodies = Bodies::shown_if(q.body.unwrap_or(false));
+    let story = events::story_value(store, &admin.views(), &event, bodies).await?;
     Ok(Json(story))
 }
 
@@ -461,7 +465,9 @@ async fn list_conflicts(
     let limit = page_limit(q.limit)?;
     admin.check_pipeline(q.pipeline.as_deref()).await?;
     let store = admin.gateway.store();
-    let rows = store.deliveries_page("conflict", q.pipeline.as_deref(), q.after, limit + 1).await?;
+    let rows = store
+        .deliveries_page(DeliveryOutcome::Conflict, q.pipeline.as_deref(), q.after, limit + 1)
+        .await?;
     let (rows, more) = paged(rows, limit, |d| d.id);
     let ids: Vec<i64> = rows.iter().filter_map(|d| d.event_id).collect();
     let originals: BTreeMap<i64, String> = store.fingerprints(&ids).await?.into_iter().collect();

@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use hookgate_store::{EVENT_STATES, EventFilter};
+use hookgate_store::{DeliveryOutcome, EventFilter, EventState, ItemState};
 use minijinja::{AutoEscape, Environment, context};
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::api::{self, DeadLettersQuery, Failure, ReplayRequest};
 use super::{Admin, SESSION_COOKIE, SESSION_SECS};
 use crate::events;
+use crate::output::Bodies;
 
 /// Rows per console page.
 const ROWS: i64 = 50;
@@ -166,14 +167,16 @@ fn filled(value: Option<String>) -> Option<String> {
 
 async fn events_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) -> Response {
     let (pipeline, state) = (filled(q.pipeline), filled(q.state));
-    if let Some(state) = &state
-        && !EVENT_STATES.contains(&state.as_str())
-    {
-        return failure_page(&admin, Failure::bad(format!("unknown state `{state}`")));
-    }
+    let parsed = match state.as_deref().map(|text| (text, EventState::parse(text))) {
+        None => None,
+        Some((_, Some(parsed))) => Some(parsed),
+        Some((text, None)) => {
+            return failure_page(&admin, Failure::bad(format!("unknown state `{text}`")));
+        }
+    };
     let filter = EventFilter {
         pipeline: pipeline.clone(),
-        state: state.clone(),
+        state: parsed,
         since_ms: None,
         before_id: q.after,
         limit: ROWS + 1,
@@ -190,7 +193,7 @@ async fn events_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) -> 
         "events.html",
         context! {
             title => "Events", nav => "events", csrf => admin.csrf.clone(), notice => q.notice,
-            events => data(&rows), next => next, pipelines => data(&pipelines), states => data(&EVENT_STATES),
+            events => data(&rows), next => next, pipelines => data(&pipelines), states => data(&EventState::ALL),
             pipeline => pipeline, state => state,
         },
     )
@@ -203,13 +206,13 @@ async fn event_page(State(admin): State<Admin>, Path(id): Path<i64>) -> Response
         Ok(None) => return failure_page(&admin, Failure::not_found(format!("no event {id}"))),
         Err(error) => return failure_page(&admin, error.into()),
     };
-    let story = match events::story_value(store, &admin.views(), &event, true).await {
+    let story = match events::story_value(store, &admin.views(), &event, Bodies::Shown).await {
         Ok(story) => story,
         Err(error) => return failure_page(&admin, error.into()),
     };
     let dead = story["writes"]
         .as_array()
-        .is_some_and(|writes| writes.iter().any(|w| w["state"] == "dead"));
+        .is_some_and(|writes| writes.iter().any(|w| w["state"] == ItemState::Dead.as_str()));
     admin.console.render(
         "event.html",
         context! { title => format!("Event {id}"), nav => "events", csrf => admin.csrf.clone(), story => data(&story), dead => dead },
@@ -219,7 +222,9 @@ async fn event_page(State(admin): State<Admin>, Path(id): Path<i64>) -> Response
 async fn conflicts_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) -> Response {
     let store = admin.gateway.store();
     let pipeline = filled(q.pipeline);
-    let rows = match store.deliveries_page("conflict", pipeline.as_deref(), q.after, ROWS + 1).await
+    let rows = match store
+        .deliveries_page(DeliveryOutcome::Conflict, pipeline.as_deref(), q.after, ROWS + 1)
+        .await
     {
         Ok(rows) => rows,
         Err(error) => return failure_page(&admin, error.into()),
