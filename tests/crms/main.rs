@@ -561,3 +561,63 @@ async fn the_declarative_rest_connector_writes_once_each_through_faults() {
     drop(server);
     database.cleanup().await;
 }
+
+/// A connector's budget is shared by every process on one store: with a budget of six calls a
+/// second, one process (SQLite), then two and four `hookgate work` processes on one
+/// PostgreSQL write forty versions of four customers. The fake HubSpot lets everything through
+/// and counts every call in every rolling second: none ever holds more than six, and every
+/// write lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_sharing_a_budget_never_exceed_the_crm_window() {
+    let runs = [
+        (Database::sqlite().await, 1),
+        (Database::postgres().await, 2),
+        (Database::postgres().await, 4),
+    ];
+    for (database, processes) in runs {
+        let backend = format!("{} with {processes} processes", database.name());
+        let hs = fake_hubspot().await;
+        {
+            let mut state = hs.lock();
+            // The fake refuses nothing: what it counts is the budget's doing alone.
+            state.max_per_window = 1_000;
+            state.window_length = Duration::from_secs(1);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let instances = crm_instances(
+            dir.path(),
+            &format!(
+                "    kind: hubspot\n    settings: {{ base_url: \"{}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n    limits: {{ rate: {{ calls: 6, per: 1s }} }}\n",
+                hs.base_url
+            ),
+        );
+        let builder =
+            ServerBuilder::new(database.url()).pipelines(orders_pipeline()).instances(instances);
+        let intake = builder.start();
+        let store = database.store().await;
+        // Versions of one customer are written one after another: each is a call of its own.
+        let orders: Vec<Delivery> = (1..=10)
+            .flat_map(|seq| {
+                ["C-1", "C-2", "C-3", "C-4"]
+                    .map(|customer| order(&format!("o-{customer}-{seq}"), customer, seq, "paid"))
+            })
+            .collect();
+        send_all(&intake, &orders).await;
+        let workers: Vec<_> =
+            (0..processes).map(|_| builder.clone().workers(4).start_workers()).collect();
+        drained(&store).await;
+        let counts = hs.call_counts();
+        assert!(counts.max_in_any_window <= 6, "{backend}: {counts:?}");
+        assert!(counts.admitted >= 10, "{backend}: versions of a customer are calls: {counts:?}");
+        let customers = hs.records("customers");
+        assert_eq!(customers.len(), 4, "{backend}");
+        assert!(customers.iter().all(|c| c.properties["seq"] == "10"), "{backend}: {customers:?}");
+        for mut worker in workers {
+            let _ = worker.kill();
+            let _ = worker.wait();
+        }
+        store.close().await;
+        drop(intake);
+        database.cleanup().await;
+    }
+}

@@ -359,8 +359,19 @@ async fn hookgate_serve_delivers_through_a_plugin_and_survives_its_panics() {
         .collect();
     let jsonfile = listed.iter().find(|kind| kind["kind"] == "jsonfile").unwrap();
     assert!(jsonfile["origin"].as_str().unwrap().ends_with(".so"), "{jsonfile}");
-    let names: Vec<&str> = listed.iter().map(|kind| kind["kind"].as_str().unwrap()).collect();
+    let (listed_instances, kinds): (Vec<&Value>, Vec<&Value>) =
+        listed.iter().partition(|line| line.get("instance").is_some());
+    let names: Vec<&str> = kinds.iter().map(|kind| kind["kind"].as_str().unwrap()).collect();
     assert_eq!(names, ["http", "hubspot", "jsonfile", "mock", "salesforce"]);
+    let hubspot = kinds.iter().find(|kind| kind["kind"] == "hubspot").unwrap();
+    assert_eq!(hubspot["limits"], serde_json::json!({"rate": {"calls": 100, "per_ms": 10_000}}));
+    // Each instance with the budget it runs under: a plugin that publishes none has none.
+    assert_eq!(
+        listed_instances,
+        [
+            &serde_json::json!({"instance": "crm", "kind": "jsonfile", "limits": {"rate": null}, "limits_from": "kind"})
+        ]
+    );
 
     let database = Database::sqlite().await;
     let server = ServerBuilder::new(database.url())

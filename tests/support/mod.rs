@@ -89,6 +89,7 @@ pub struct Server {
     pub base: String,
 }
 
+#[derive(Clone)]
 pub struct ServerBuilder {
     database_url: String,
     extra_args: Vec<String>,

@@ -61,6 +61,9 @@ pub enum Part {
     Verify,
     Intake,
     Drain,
+    /// A backlog drained into the fake HubSpot at its published window, by 1, 2 and 4
+    /// processes sharing one budget.
+    Budget,
 }
 
 impl Options {
@@ -126,6 +129,9 @@ pub fn run(root: &Path, options: &Options) -> Result<()> {
             hookgate_store::testing::drop_postgres_database(&postgres).await;
             intake_peak = Some(result?);
             sqlite_bench(&binary, dir.path(), deliveries, concurrency, &mut report).await?;
+        }
+        if options.parts.contains(&Part::Budget) {
+            budget_bench(&binary, dir.path(), &mut report).await?;
         }
         if options.parts.contains(&Part::Drain) {
             drain_bench(
@@ -256,9 +262,13 @@ fn start_with(
     let mut child = Command::new(binary)
         .args(["serve", "--database-url", database_url, "--listen", "127.0.0.1:0", "--instances"])
         .arg(&instances)
-        // Intake only, unless the caller asks for workers.
-        .args(if extra.contains(&"--workers") { &[][..] } else { &["--workers", "0"][..] })
-        .args(extra)
+        // Intake only, unless the caller asks for workers (`--workers` with no number: the
+        // default, sized for full batches).
+        .args(match extra.iter().position(|&arg| arg == "--workers") {
+            None => &["--workers", "0"][..],
+            Some(_) => &[][..],
+        })
+        .args(without_default_workers(extra))
         .arg(&pipeline)
         .env("BENCH_SECRET", SECRET)
         .env("HUBSPOT_TOKEN", HUBSPOT_TOKEN)
@@ -884,6 +894,109 @@ async fn drain_bench(
     Ok(())
 }
 
+/// In `start_with`'s extra arguments after `--workers`: the default number of workers.
+const DEFAULT_WORKERS: &str = "(default)";
+
+/// `extra` without a `--workers` [`DEFAULT_WORKERS`] pair: the server's own default applies.
+fn without_default_workers<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut kept = Vec::new();
+    let mut args = extra.iter().copied().peekable();
+    while let Some(arg) = args.next() {
+        if arg == "--workers" && args.peek() == Some(&DEFAULT_WORKERS) {
+            args.next();
+            continue;
+        }
+        kept.push(arg);
+    }
+    kept
+}
+
+/// Writes the budget bench drains: three windows' worth of full HubSpot calls.
+const BUDGET_WRITES: usize = 30_000;
+
+/// HubSpot's published window for a private app, which the fake enforces.
+const HUBSPOT_WINDOW_CALLS: usize = 100;
+const HUBSPOT_WINDOW: Duration = Duration::from_secs(10);
+
+/// A backlog of [`BUDGET_WRITES`] drained into a fake HubSpot that enforces its published
+/// window (100 calls per rolling 10 s, answers in 100 ms) by 1, 2 and 4 gateway processes on
+/// one PostgreSQL, with their default settings. The ceiling is what the window allows: full
+/// calls of 100 records, 100 calls at once and 100 more each window after, so the fastest
+/// drain takes `(calls / 100 - 1)` windows and one answer.
+async fn budget_bench(binary: &Path, dir: &Path, report: &mut Report) -> Result<()> {
+    let latency = Duration::from_millis(100);
+    let calls_needed = BUDGET_WRITES.div_ceil(HUBSPOT_MAX_BATCH);
+    let windows = calls_needed.div_ceil(HUBSPOT_WINDOW_CALLS).saturating_sub(1);
+    let fastest = HUBSPOT_WINDOW * u32::try_from(windows)? + latency;
+    let ceiling = BUDGET_WRITES as f64 / fastest.as_secs_f64();
+    println!(
+        "\ndrain of {BUDGET_WRITES} writes into the fake HubSpot at its window ({HUBSPOT_WINDOW_CALLS} calls per {} s, answers in {} ms); ceiling {ceiling:.0} records/s:",
+        HUBSPOT_WINDOW.as_secs(),
+        latency.as_millis()
+    );
+    for processes in [1usize, 2, 4] {
+        let hubspot = hookgate_fakes::hubspot::FakeHubSpot::start().await;
+        {
+            let mut state = hubspot.lock();
+            state.token = HUBSPOT_TOKEN.into();
+            state.unique_properties.insert("customers".into(), ["customer_id".to_owned()].into());
+            state.max_per_window = HUBSPOT_WINDOW_CALLS;
+            state.window_length = HUBSPOT_WINDOW;
+            state.latency = latency;
+        }
+        let crm = Crm::HubSpot(&hubspot.base_url);
+        let url = hookgate_store::testing::fresh_postgres_database().await;
+        let result = async {
+            template(binary, dir, &url, crm).await?;
+            // The template's own write is one of them.
+            seed(&url, BUDGET_WRITES - 1)?;
+            let started = Instant::now();
+            let gateways: Vec<Server> = (0..processes)
+                .map(|_| start_with(binary, dir, &url, &["--workers", DEFAULT_WORKERS], crm))
+                .collect::<Result<_>>()?;
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if hubspot.writes().len() >= BUDGET_WRITES {
+                    break;
+                }
+                if started.elapsed() > Duration::from_secs(600) {
+                    bail!("{processes} processes did not drain {BUDGET_WRITES} writes in 600 s");
+                }
+            }
+            let elapsed = started.elapsed();
+            drop(gateways);
+            anyhow::Ok(elapsed)
+        }
+        .await;
+        hookgate_store::testing::drop_postgres_database(&url).await;
+        let elapsed = result?;
+        let rate = BUDGET_WRITES as f64 / elapsed.as_secs_f64();
+        let counts = hubspot.call_counts();
+        let calls = counts.admitted + counts.refused_window;
+        let refused = counts.refused_window as f64 / calls.max(1) as f64;
+        let writes = hubspot.write_calls();
+        let per_call = hubspot.writes().len() as f64 / writes.batch_upsert.max(1) as f64;
+        println!(
+            "budget    {processes} process{}  {rate:>6.0} records/s   vs the window's ceiling {:.2} (target >= 0.90)   {:.1}% of {calls} calls refused (target <= 1%)   {per_call:.1} records per call",
+            if processes == 1 { "  " } else { "es" },
+            rate / ceiling,
+            refused * 100.0,
+        );
+        report.add(serde_json::json!({
+            "measure": "drain within HubSpot's window", "backend": "postgres", "processes": processes,
+            "writes": BUDGET_WRITES, "crm_latency_ms": latency.as_millis(),
+            "window_calls": HUBSPOT_WINDOW_CALLS, "window_ms": HUBSPOT_WINDOW.as_millis(),
+            "per_second": rate, "ceiling_per_second": ceiling, "ratio_to_ceiling": rate / ceiling,
+            "calls": calls, "calls_refused": counts.refused_window, "share_refused": refused,
+            "max_calls_in_any_window": counts.max_in_any_window, "records_per_crm_call": per_call,
+        }));
+    }
+    Ok(())
+}
+
+/// Records one HubSpot batch upsert takes.
+const HUBSPOT_MAX_BATCH: usize = 100;
+
 /// Runs of each drain backlog; the median is reported.
 const DRAIN_ROUNDS: usize = 3;
 
@@ -920,52 +1033,10 @@ async fn drain_once(
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", mock_file.display()));
     }
-    {
-        // Intake only: migrates, and takes the one delivery the backlog is copied from.
-        let intake = start_with(binary, dir, url, &["--workers", "0"], crm)?;
-        let client = reqwest::Client::new();
-        let body = br#"{"id":"template","name":"A customer","email":"a@example.com"}"#.to_vec();
-        let signature = format!(
-            "sha256={}",
-            Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]))
-        );
-        let response = client
-            .post(format!("{}/hooks/bench", intake.base))
-            .header("X-Id", "template")
-            .header("X-Hub-Signature-256", signature)
-            .body(body)
-            .send()
-            .await?;
-        if response.status().as_u16() != 202 {
-            bail!("the template delivery was answered {}", response.status());
-        }
-    }
+    template(binary, dir, url, crm).await?;
     // Writes the server drains before timing starts (see below) come from these.
     let total = backlog + writes + DRAIN_WARM_UP;
-    let seeding = Instant::now();
-    psql(
-        url,
-        &format!(
-            "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, body, \
-               state, delivery_count, last_delivery_at_ms, sealed_with) \
-             SELECT pipeline, scope, 'seed-' || g, fingerprint, event_type, received_at_ms - 10000000 + g, \
-               replace(headers, '\"template\"', '\"seed-' || g || '\"'), body, \
-               '{accepted}', 1, last_delivery_at_ms, sealed_with \
-             FROM events, generate_series(1, {total}) AS g WHERE event_key = 'template'; \
-             INSERT INTO outbox (event_id, pipeline, target, target_index, entity, state, next_attempt_at_ms, created_at_ms, siblings) \
-             SELECT id, pipeline, 't', 0, event_key, '{pending}', received_at_ms, received_at_ms, 1 \
-             FROM events WHERE event_key LIKE 'seed-%';",
-            accepted = EventState::Accepted,
-            pending = ItemState::Pending,
-        ),
-    )?;
-    // After the seeding's commit (one `psql -c` is one transaction), a checkpoint writes its
-    // pages back now: otherwise a million seeded rows leave about a gigabyte of WAL, whose
-    // checkpoint runs during the timed drain and makes the first change of every page after
-    // it log a full-page image, a cost of the seeding that only the large backlogs would pay.
-    psql(url, "ANALYZE")?;
-    psql(url, "CHECKPOINT")?;
-    println!("    seeded {total} pending writes in {:.1} s", seeding.elapsed().as_secs_f64());
+    seed(url, total)?;
     let done = || -> Result<usize> {
         let done = format!("SELECT count(*) FROM outbox WHERE state = '{}'", ItemState::Done);
         Ok(psql(url, &done)?.parse()?)
@@ -1033,4 +1104,57 @@ async fn drain_once(
         wal.syncs
     );
     Ok((rate, per_call))
+}
+
+/// Migrates a fresh database with an intake-only server and posts the one delivery that
+/// [`seed`] copies.
+async fn template(binary: &Path, dir: &Path, url: &str, crm: Crm<'_>) -> Result<()> {
+    // Intake only: migrates, and takes the one delivery the backlog is copied from.
+    let intake = start_with(binary, dir, url, &["--workers", "0"], crm)?;
+    let client = reqwest::Client::new();
+    let body = br#"{"id":"template","name":"A customer","email":"a@example.com"}"#.to_vec();
+    let signature = format!(
+        "sha256={}",
+        Encoding::Hex.encode(&compute_mac(Algorithm::HmacSha256, SECRET.as_bytes(), &[&body]))
+    );
+    let response = client
+        .post(format!("{}/hooks/bench", intake.base))
+        .header("X-Id", "template")
+        .header("X-Hub-Signature-256", signature)
+        .body(body)
+        .send()
+        .await?;
+    if response.status().as_u16() != 202 {
+        bail!("the template delivery was answered {}", response.status());
+    }
+    Ok(())
+}
+
+/// Seeds `total` pending writes, copies of the template delivery's event.
+fn seed(url: &str, total: usize) -> Result<()> {
+    let seeding = Instant::now();
+    psql(
+        url,
+        &format!(
+            "INSERT INTO events (pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, body, \
+               state, delivery_count, last_delivery_at_ms, sealed_with) \
+             SELECT pipeline, scope, 'seed-' || g, fingerprint, event_type, received_at_ms - 10000000 + g, \
+               replace(headers, '\"template\"', '\"seed-' || g || '\"'), body, \
+               '{accepted}', 1, last_delivery_at_ms, sealed_with \
+             FROM events, generate_series(1, {total}) AS g WHERE event_key = 'template'; \
+             INSERT INTO outbox (event_id, pipeline, target, target_index, entity, state, next_attempt_at_ms, created_at_ms, siblings) \
+             SELECT id, pipeline, 't', 0, event_key, '{pending}', received_at_ms, received_at_ms, 1 \
+             FROM events WHERE event_key LIKE 'seed-%';",
+            accepted = EventState::Accepted,
+            pending = ItemState::Pending,
+        ),
+    )?;
+    // After the seeding's commit (one `psql -c` is one transaction), a checkpoint writes its
+    // pages back now: otherwise a million seeded rows leave about a gigabyte of WAL, whose
+    // checkpoint runs during the timed drain and makes the first change of every page after
+    // it log a full-page image, a cost of the seeding that only the large backlogs would pay.
+    psql(url, "ANALYZE")?;
+    psql(url, "CHECKPOINT")?;
+    println!("    seeded {total} pending writes in {:.1} s", seeding.elapsed().as_secs_f64());
+    Ok(())
 }

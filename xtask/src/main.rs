@@ -64,7 +64,7 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         drain_workers: usize,
         /// Run only these parts.
-        #[arg(long, value_enum, value_delimiter = ',', default_values_t = [bench::Part::Verify, bench::Part::Intake, bench::Part::Drain])]
+        #[arg(long, value_enum, value_delimiter = ',', default_values_t = [bench::Part::Verify, bench::Part::Intake, bench::Part::Drain, bench::Part::Budget])]
         only: Vec<bench::Part>,
     },
     /// Coverage-guided fuzzing of signature verification, identity derivation, operator files

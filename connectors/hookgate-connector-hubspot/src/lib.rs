@@ -26,9 +26,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hookgate_connector::{
-    Answer, BoxFuture, Capabilities, ConfigError, Connector, ConnectorError, Credentials,
-    Description, KindDescription, LookupOutcome, LookupRequest, Operation, Secret, TargetRule,
-    UpsertOutcome, UpsertRequest, credential,
+    Answer, BoxFuture, CallLimits, Capabilities, ConfigError, Connector, ConnectorError,
+    Credentials, Description, KindDescription, LookupOutcome, LookupRequest, Operation, RateLimit,
+    Secret, TargetRule, UpsertOutcome, UpsertRequest, credential,
 };
 use hookgate_connector_http::{self as http, HttpSettings, Response};
 use schemars::JsonSchema;
@@ -592,6 +592,9 @@ impl hookgate_connector::Kind for HubSpot {
                 },
                 TargetRule::ObjectLowercase { crm: "HubSpot".into() },
             ],
+            // HubSpot's published window for a private app (its higher tiers allow more: an
+            // instance says so in `limits`).
+            limits: CallLimits { rate: Some(RateLimit { calls: 100, per: Duration::from_secs(10) }) },
         }
     }
 

@@ -870,6 +870,7 @@ impl hookgate_connector::Kind for MockCrm {
             settings_schema: serde_json::Value::Null,
             credentials: Vec::new(),
             rules: Vec::new(),
+            limits: Default::default(),
         }
     }
 

@@ -1219,6 +1219,7 @@ impl hookgate_connector::Kind for Rest {
             // Which credentials depends on `auth` and `secret_headers`.
             credentials: Vec::new(),
             rules: Vec::new(),
+            limits: Default::default(),
         }
     }
 

@@ -867,6 +867,7 @@ impl hookgate_connector::Kind for Salesforce {
                     hint: "Salesforce rejects an upsert whose body repeats the external-id field; it is taken from the URL".into(),
                 },
             ],
+            limits: Default::default(),
         }
     }
 

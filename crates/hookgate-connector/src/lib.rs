@@ -185,6 +185,27 @@ pub struct KindDescription {
     /// What the CRM's API cannot do, checked against every target before anything runs.
     #[serde(default)]
     pub rules: Vec<TargetRule>,
+    /// The calls the CRM allows one client, as it publishes them: the budget of every
+    /// instance that declares none of its own.
+    #[serde(default)]
+    pub limits: CallLimits,
+}
+
+/// The calls a CRM allows one client (an app, a token): the budget the engine plans every
+/// call within, writes and lookups alike, across every process on one store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallLimits {
+    /// At most this many calls in any rolling window; `None`: the CRM publishes none, and
+    /// calls are bounded only by the calls in flight.
+    #[serde(default)]
+    pub rate: Option<RateLimit>,
+}
+
+/// At most `calls` calls in any rolling window of `per` (HubSpot: 100 per 10 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    pub calls: u32,
+    pub per: Duration,
 }
 
 /// A restriction a CRM's API documents, checked against each target that writes to it.

@@ -23,6 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::budget::{CallBudget, Permit};
 use hookgate_connector::{Answer, Connector, ConnectorError, UpsertOutcome, UpsertRequest};
 use hookgate_store::{Call, Finish, FinishItem, LeasedItem, Renewal, Store, StoreError};
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -211,6 +212,11 @@ fn each_fails<T>(error: StoreError, count: usize) -> Vec<Result<T, StoreError>> 
     answers
 }
 
+/// How long a call under a budget waits for its batch to fill: a permit spent on a partial
+/// batch is a call the window does not give back, and writes a worker has just leased reach
+/// the queue within milliseconds.
+const BUDGETED_FILL: Duration = Duration::from_millis(100);
+
 /// A write waiting for a batch call, with the time its caller stops waiting.
 #[derive(Debug)]
 struct QueuedWrite {
@@ -244,6 +250,7 @@ impl UpsertBatcher {
         connector: Arc<dyn Connector>,
         calls_max: usize,
         capacity: usize,
+        budget: Option<Arc<CallBudget>>,
     ) -> UpsertBatcher {
         let (queue, receiver) = mpsc::channel(capacity.max(1));
         let receiver = Arc::new(Mutex::new((receiver, Vec::new())));
@@ -251,12 +258,23 @@ impl UpsertBatcher {
         for _ in 0..calls_max.max(1) {
             let (receiver, connector, name) =
                 (Arc::clone(&receiver), Arc::clone(&connector), name.to_owned());
+            let budget = budget.clone();
             tokio::spawn(async move {
                 loop {
+                    // The permit first, the batch after: what queues while the budget holds
+                    // calls back fills the call it is waiting for.
+                    let permit = match &budget {
+                        Some(budget) => Some(budget.permit().await),
+                        None => None,
+                    };
                     let batch = {
                         let mut guard = receiver.lock().await;
                         let (receiver, held_over) = &mut *guard;
-                        let Some(batch) = gather(receiver, held_over, batch_max).await else {
+                        // Under a budget a call is worth a full batch: what is queued gets a
+                        // moment to fill it.
+                        let fill_for = budget.as_ref().map(|_| BUDGETED_FILL);
+                        let Some(batch) = gather(receiver, held_over, batch_max, fill_for).await
+                        else {
                             return;
                         };
                         batch
@@ -268,7 +286,7 @@ impl UpsertBatcher {
                     let name = name.clone();
                     // Its own task: a panicking connector drops this batch's replies (each
                     // write is then ambiguous to its caller), not the loop.
-                    let _ = tokio::spawn(send(name, connector, batch)).await;
+                    let _ = tokio::spawn(send(name, connector, batch, permit)).await;
                 }
             });
         }
@@ -310,15 +328,24 @@ async fn gather(
     receiver: &mut mpsc::Receiver<(QueuedWrite, WriteReply)>,
     held_over: &mut Vec<(QueuedWrite, WriteReply)>,
     batch_max: usize,
+    fill_for: Option<Duration>,
 ) -> Option<Vec<(QueuedWrite, WriteReply)>> {
     let mut candidates = std::mem::take(held_over);
     if candidates.is_empty() {
         candidates.push(receiver.recv().await?);
     }
+    let fill_until = fill_for.map(|wait| Instant::now() + wait);
     while candidates.len() < batch_max {
         match receiver.try_recv() {
             Ok(next) => candidates.push(next),
-            Err(_) => break,
+            Err(_) => match fill_until {
+                // Writes still coming (workers rendering what they leased) join this call.
+                Some(until) => match tokio::time::timeout_at(until, receiver.recv()).await {
+                    Ok(Some(next)) => candidates.push(next),
+                    Ok(None) | Err(_) => break,
+                },
+                None => break,
+            },
         }
     }
     let now = Instant::now();
@@ -354,7 +381,12 @@ async fn gather(
 }
 
 /// One batch call, and each write's answer.
-async fn send(name: String, connector: Arc<dyn Connector>, batch: Vec<(QueuedWrite, WriteReply)>) {
+async fn send(
+    name: String,
+    connector: Arc<dyn Connector>,
+    batch: Vec<(QueuedWrite, WriteReply)>,
+    permit: Option<Permit>,
+) {
     let deadline = batch.iter().map(|(write, _)| write.deadline).min().unwrap_or_else(Instant::now);
     let (writes, replies): (Vec<QueuedWrite>, Vec<WriteReply>) = batch.into_iter().unzip();
     // What each write is told if the batch call outlives the earliest deadline.
@@ -372,6 +404,7 @@ async fn send(name: String, connector: Arc<dyn Connector>, batch: Vec<(QueuedWri
     metrics::histogram!("hookgate_crm_batch_size", "connector" => name.clone())
         .record(requests.len() as f64);
     metrics::counter!("hookgate_crm_write_calls_total", "connector" => name.clone()).increment(1);
+    let budget = permit.map(|permit| permit.start());
     let started = std::time::Instant::now();
     let ambiguous =
         |message: String| ConnectorError::Ambiguous { message, answer: Answer::default() };
@@ -391,6 +424,15 @@ async fn send(name: String, connector: Arc<dyn Connector>, batch: Vec<(QueuedWri
     };
     metrics::histogram!("hookgate_crm_batch_call_seconds", "connector" => name)
         .record(started.elapsed().as_secs_f64());
+    if let Some(budget) = &budget {
+        let refused = outcomes.iter().find_map(|outcome| match outcome {
+            Err(ConnectorError::RateLimited { retry_after, .. }) => Some(*retry_after),
+            _ => None,
+        });
+        if let Some(retry_after) = refused {
+            budget.refused(retry_after);
+        }
+    }
     for (reply, outcome) in replies.into_iter().zip(outcomes) {
         let _ = reply.send(outcome);
     }
@@ -482,7 +524,7 @@ mod tests {
             latency: Duration::from_millis(100),
             batches: StdMutex::new(Vec::new()),
         });
-        let batcher = UpsertBatcher::start("slow", crm.clone(), 1, 64);
+        let batcher = UpsertBatcher::start("slow", crm.clone(), 1, 64, None);
         let budget = Duration::from_secs(10);
         // One write goes alone; 25 more (one record twice) queue behind it.
         let first = tokio::spawn({
@@ -517,7 +559,7 @@ mod tests {
             latency: Duration::from_millis(300),
             batches: StdMutex::new(Vec::new()),
         });
-        let batcher = UpsertBatcher::start("slow", crm.clone(), 1, 64);
+        let batcher = UpsertBatcher::start("slow", crm.clone(), 1, 64, None);
         let first = tokio::spawn({
             let batcher = batcher.clone();
             async move { batcher.upsert(write("first"), Duration::from_secs(10)).await }

@@ -31,6 +31,7 @@ use tracing::Instrument as _;
 use crate::seal::{Keyring, Part};
 
 mod batch;
+pub mod budget;
 mod commit;
 mod keys;
 mod pause;
@@ -42,7 +43,9 @@ pub use keys::{
     FETCHED_KEY_TTL, FETCHED_KEYS_MAX, FetchError, FetchedKeys, KeyFetcher, KeyProblem,
 };
 pub use pause::{PAUSE_REFRESH, Pauses};
-pub use worker::{Connectors, LEASE_MARGIN, Sources, Worker, WorkerConfig, backoff};
+pub use worker::{
+    Budgets, Connectors, IN_HAND_MIN, InHand, LEASE_MARGIN, Sources, Worker, WorkerConfig, backoff,
+};
 
 /// A repeated delivery (duplicate or conflict) keeps at most this much of its headers.
 pub const HEADERS_EXCERPT_BYTES: usize = 2048;

@@ -32,7 +32,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hookgate_connector::{
-    Answer, Connector, ConnectorError, LookupOutcome, LookupRequest, Operation, Secret,
+    Answer, CallLimits, Connector, ConnectorError, LookupOutcome, LookupRequest, Operation, Secret,
     SourceFetcher, SourceOutcome, SourceRequest, UpsertRequest,
 };
 use hookgate_pipeline::evaluate::{Context, Delivery};
@@ -45,11 +45,15 @@ use tokio::task::JoinSet;
 use tracing::Instrument as _;
 
 use crate::batch::{StoreBatches, UpsertBatcher};
+use crate::budget::CallBudget;
 use crate::seal::{Part, open_stored, open_stored_text};
 use crate::{Gateway, ServedPipeline, now_ms};
 
 /// Connector instances by name, as targets refer to them.
 pub type Connectors = HashMap<String, Arc<dyn Connector>>;
+
+/// By connector instance name: the calls each may make (see `budget`).
+pub type Budgets = HashMap<String, CallLimits>;
 
 /// A retry-after beyond this is treated as this: a CRM asking for a day's pause should not
 /// park an item for a day without an operator noticing.
@@ -59,12 +63,74 @@ const RETRY_AFTER_MAX: Duration = Duration::from_secs(3600);
 /// and room for clocks that differ between gateway hosts.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(1);
 
+/// How many items a process works on at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InHand {
+    Exactly(usize),
+    /// Enough that every batch call can go full: the largest connector batch times the batch
+    /// calls in flight, twice over (one batch out while the next gathers), and at least
+    /// [`IN_HAND_MIN`]. Under a rate budget a call's permit is the scarce thing; a call
+    /// that carries a full batch makes each one count.
+    FullBatches,
+}
+
+/// Batch calls in flight to a connector under a rate budget, at least: a window's calls
+/// should start within a small part of it (100 calls of 100 ms each, 8 at a time, take about
+/// 1.3 s of HubSpot's 10 s), or the calls in flight, not the budget, bound the drain.
+pub const BUDGETED_BATCH_CALLS_MIN: usize = 8;
+
+/// Calls in flight to one connector: `--crm-batch-calls` for a batch call, `--crm-calls`
+/// otherwise, and for a batch call under a rate budget at least
+/// [`BUDGETED_BATCH_CALLS_MIN`] (never more than the window's calls).
+fn calls_in_flight(
+    connector: &dyn Connector,
+    limits: Option<&CallLimits>,
+    config: &WorkerConfig,
+) -> usize {
+    if connector.batch_max() <= 1 {
+        return config.crm_calls_max;
+    }
+    match limits.and_then(|limits| limits.rate) {
+        Some(rate) => {
+            let window_calls = usize::try_from(rate.calls).unwrap_or(usize::MAX);
+            config.crm_batch_calls_max.max(BUDGETED_BATCH_CALLS_MIN.min(window_calls))
+        }
+        None => config.crm_batch_calls_max,
+    }
+}
+
+/// The fewest items in hand [`InHand::FullBatches`] gives.
+pub const IN_HAND_MIN: usize = 128;
+
+impl InHand {
+    /// The items in hand for these connectors.
+    pub fn resolve(
+        self,
+        connectors: &Connectors,
+        limits: &Budgets,
+        config: &WorkerConfig,
+    ) -> usize {
+        match self {
+            InHand::Exactly(items) => items.max(1),
+            InHand::FullBatches => connectors
+                .iter()
+                .filter(|(_, connector)| connector.batch_max() > 1)
+                .map(|(name, connector)| {
+                    connector.batch_max()
+                        * calls_in_flight(connector.as_ref(), limits.get(name), config)
+                        * 2
+                })
+                .fold(IN_HAND_MIN, usize::max),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Names this process's leases in evidence.
     pub worker_id: String,
     /// Items worked on at once by this process.
-    pub concurrency: usize,
+    pub in_hand: InHand,
     /// How long a lease lasts from its last renewal; renewed before each CRM call, it must
     /// cover one call plus [`LEASE_MARGIN`]. A dead worker's entities wait this long.
     pub lease: Duration,
@@ -101,7 +167,7 @@ impl Default for WorkerConfig {
     fn default() -> WorkerConfig {
         WorkerConfig {
             worker_id: format!("worker-{}", std::process::id()),
-            concurrency: 128,
+            in_hand: InHand::FullBatches,
             lease: Duration::from_secs(60),
             call_timeout: Duration::from_secs(30),
             idle_poll: Duration::from_millis(250),
@@ -116,6 +182,8 @@ impl Default for WorkerConfig {
 #[derive(Debug, Clone)]
 pub struct Worker {
     gateway: Gateway,
+    /// Items worked on at once, resolved from [`WorkerConfig::in_hand`] at start.
+    in_hand: usize,
     config: Arc<WorkerConfig>,
     batches: StoreBatches,
     /// Connector instances and sources, replaced whole by a reload; an item keeps the ones it
@@ -127,6 +195,11 @@ pub struct Worker {
 #[derive(Debug)]
 struct Wiring {
     connectors: Connectors,
+    limits: Budgets,
+    /// By connector instance name, for those with a rate: the calls this process may start.
+    /// Kept across a reload that leaves an instance's rate as it was, so that its calls of
+    /// the window still count.
+    budgets: HashMap<String, Arc<CallBudget>>,
     /// By connector instance name: where writes queue for calls. A replaced queue's tasks end
     /// when the last item holding it finishes.
     upserts: HashMap<String, UpsertBatcher>,
@@ -134,39 +207,67 @@ struct Wiring {
 }
 
 impl Wiring {
-    fn new(connectors: Connectors, sources: Sources, config: &WorkerConfig) -> Wiring {
+    fn new(
+        connectors: Connectors,
+        limits: Budgets,
+        sources: Sources,
+        config: &WorkerConfig,
+        in_hand: usize,
+        previous: Option<&Wiring>,
+        shared: bool,
+    ) -> Wiring {
+        let budgets: HashMap<String, Arc<CallBudget>> = connectors
+            .keys()
+            .filter_map(|name| {
+                let rate = limits.get(name)?.rate?;
+                let kept = previous
+                    .and_then(|p| p.budgets.get(name))
+                    .filter(|budget| budget.rate() == rate)
+                    .cloned();
+                // Shared, it starts with no calls until the store gives it a slice.
+                let limit = if shared { 0 } else { rate.calls };
+                let budget = kept.unwrap_or_else(|| CallBudget::new(name, rate, limit));
+                Some((name.clone(), budget))
+            })
+            .collect();
         // Every item in hand may wait on a batch at once.
-        let capacity = config.concurrency.max(1);
+        let capacity = in_hand;
         // Every connector's writes queue for a bounded number of calls: batches where the CRM
         // has a batch call, one write per call elsewhere.
         let upserts = connectors
             .iter()
             .map(|(name, connector)| {
-                let calls = if connector.batch_max() > 1 {
-                    config.crm_batch_calls_max
-                } else {
-                    config.crm_calls_max
-                };
-                let batcher = UpsertBatcher::start(name, Arc::clone(connector), calls, capacity);
+                let calls = calls_in_flight(connector.as_ref(), limits.get(name), config);
+                let budget = budgets.get(name).cloned();
+                let batcher =
+                    UpsertBatcher::start(name, Arc::clone(connector), calls, capacity, budget);
                 (name.clone(), batcher)
             })
             .collect();
-        Wiring { connectors, upserts, sources }
+        Wiring { connectors, limits, budgets, upserts, sources }
     }
 }
 
 impl Worker {
     /// # Panics
     /// When `config` fails [`WorkerConfig::check`]: callers check configuration first.
-    pub fn new(gateway: Gateway, connectors: Connectors, config: WorkerConfig) -> Worker {
+    pub fn new(
+        gateway: Gateway,
+        connectors: Connectors,
+        limits: Budgets,
+        config: WorkerConfig,
+    ) -> Worker {
         if let Err(problem) = config.check() {
             panic!("{problem}");
         }
-        let capacity = config.concurrency.max(1);
-        let batches = StoreBatches::start(&gateway.store, config.store_batch_max, capacity);
-        let wiring = Wiring::new(connectors, Sources::default(), &config);
+        let in_hand = config.in_hand.resolve(&connectors, &limits, &config);
+        let batches = StoreBatches::start(&gateway.store, config.store_batch_max, in_hand);
+        let shared = gateway.store.is_shared();
+        let wiring =
+            Wiring::new(connectors, limits, Sources::default(), &config, in_hand, None, shared);
         Worker {
             gateway,
+            in_hand,
             config: Arc::new(config),
             batches,
             wiring: Arc::new(RwLock::new(Arc::new(wiring))),
@@ -175,15 +276,26 @@ impl Worker {
 
     /// Fetches sources for targets with `refresh:` through `sources`.
     pub fn with_sources(self, sources: Sources) -> Worker {
-        let connectors = self.wiring().connectors.clone();
-        self.replace(connectors, sources);
+        let wiring = self.wiring();
+        self.replace(wiring.connectors.clone(), wiring.limits.clone(), sources);
         self
     }
 
     /// Uses these connector instances and sources for items leased from now on (a reload);
     /// items in hand finish with the ones they started with.
-    pub fn replace(&self, connectors: Connectors, sources: Sources) {
-        let wiring = Arc::new(Wiring::new(connectors, sources, &self.config));
+    pub fn replace(&self, connectors: Connectors, limits: Budgets, sources: Sources) {
+        let previous = self.wiring();
+        let shared = self.gateway.store.is_shared();
+        let wiring = Wiring::new(
+            connectors,
+            limits,
+            sources,
+            &self.config,
+            self.in_hand,
+            Some(&previous),
+            shared,
+        );
+        let wiring = Arc::new(wiring);
         let mut held = self.wiring.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         *held = wiring;
     }
@@ -196,13 +308,32 @@ impl Worker {
     /// Works until `shutdown` completes, then finishes the items in hand and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        // Budgets shared through the store: this process's slices, renewed until it stops.
+        let (stop_slices, slices_stopped) = tokio::sync::oneshot::channel::<()>();
+        if self.gateway.store.is_shared() {
+            let owner = format!("{}-{:08x}", self.config.worker_id, rand::random::<u32>());
+            let wiring = Arc::clone(&self.wiring);
+            let budgets = move || {
+                let held = wiring.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                held.budgets.values().cloned().collect()
+            };
+            let stopped = async {
+                let _ = slices_stopped.await;
+            };
+            tokio::spawn(crate::budget::keep_slices(
+                self.gateway.store.clone(),
+                owner,
+                budgets,
+                stopped,
+            ));
+        }
         let mut in_hand = JoinSet::new();
         loop {
             while in_hand.try_join_next().is_some() {}
-            let free = self.config.concurrency.saturating_sub(in_hand.len());
+            let free = self.in_hand.saturating_sub(in_hand.len());
             // Lease in batches: a lease searches the backlog, so one per freed slot would cost a
             // search per write. Wait for half the slots, unless nothing is in hand.
-            let batch = in_hand.is_empty() || free * 2 >= self.config.concurrency;
+            let batch = in_hand.is_empty() || free * 2 >= self.in_hand;
             let leased = if free > 0 && batch { self.lease(free).await } else { Vec::new() };
             let idle = leased.is_empty();
             for (item, event) in leased {
@@ -219,6 +350,7 @@ impl Worker {
         }
         tracing::info!(worker = %self.config.worker_id, in_hand = in_hand.len(), "workers stopping");
         while in_hand.join_next().await.is_some() {}
+        let _ = stop_slices.send(());
     }
 
     fn lease_ms(&self) -> i64 {
@@ -374,9 +506,10 @@ impl Worker {
             idempotency_key: format!("hookgate-{}-{}", item.event_id, item.target),
         };
         let policy = &pipeline.compiled.delivery;
+        let calls = wiring.budgets.get(&upsert.connector);
 
         if item.in_doubt {
-            match self.reconcile(&mut attempt, connector.as_ref(), &request).await? {
+            match self.reconcile(&mut attempt, connector.as_ref(), calls, &request).await? {
                 None => return Ok(()),
                 Some(Reconciled::Applied { record_id }) => {
                     tracing::info!(item = item.id, event_id = item.event_id, %record_id, "reconciled: the CRM already shows the write");
@@ -397,7 +530,11 @@ impl Worker {
             Some(batcher) => batcher.upsert(request.clone(), budget).await,
             None => {
                 metrics::counter!("hookgate_crm_write_calls_total", "connector" => upsert.connector.clone()).increment(1);
-                within(budget, connector.upsert(&request)).await
+                let calls = wiring.budgets.get(&upsert.connector);
+                crate::budget::start_call(calls).await;
+                let written = within(budget, connector.upsert(&request)).await;
+                crate::budget::note_refusal(calls, &written);
+                written
             }
         };
         let finish = match written {
@@ -431,7 +568,7 @@ impl Worker {
                 let ambiguous = error;
                 attempt.record_error("upsert", &ambiguous);
                 // The write may have happened: look before writing again.
-                match self.reconcile(&mut attempt, connector.as_ref(), &request).await? {
+                match self.reconcile(&mut attempt, connector.as_ref(), calls, &request).await? {
                     None => return Ok(()),
                     Some(Reconciled::Applied { record_id }) => {
                         tracing::info!(
@@ -764,13 +901,25 @@ impl Worker {
         &self,
         attempt: &mut Attempt<'_>,
         connector: &dyn Connector,
+        calls: Option<&Arc<CallBudget>>,
         request: &UpsertRequest,
     ) -> Result<Option<Reconciled>, StoreError> {
+        // A lookup is a call like a write: it waits for its permit before the lease is made
+        // to cover it.
+        let permit = match calls {
+            Some(calls) => Some(calls.permit().await),
+            None => None,
+        };
         let Some(budget) = attempt.begin(self, "lookup").await? else {
             return Ok(None);
         };
+        if let Some(permit) = permit {
+            permit.start();
+        }
         let lookup = LookupRequest::from(request);
-        let reconciled = match within(budget, connector.lookup(&lookup)).await {
+        let looked_up = within(budget, connector.lookup(&lookup)).await;
+        crate::budget::note_refusal(calls, &looked_up);
+        let reconciled = match looked_up {
             Ok(LookupOutcome::Found { record_id, fields, answer }) => {
                 let shows_write =
                     request.fields.iter().all(|(name, value)| fields.get(name) == Some(value));

@@ -45,6 +45,18 @@ pub struct Write {
     pub properties: BTreeMap<String, String>,
 }
 
+/// Every request the window judged, as the CRM's own count: what tests and the bench judge a
+/// budget by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Requests the window let through.
+    pub admitted: u64,
+    /// Requests refused with 429 because the window was used up.
+    pub refused_window: u64,
+    /// The most requests admitted within any one rolling window.
+    pub max_in_any_window: usize,
+}
+
 /// Write requests received, by endpoint, whatever their answer: a test tells one batch call
 /// from one call per record by them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -80,6 +92,8 @@ pub struct HubSpotState {
     /// Whether a 429 carries `Retry-After` (not confirmed in HubSpot's docs).
     pub retry_after_on_429: bool,
     window: VecDeque<Instant>,
+    /// The window's verdicts so far.
+    pub calls: CallCounts,
     /// How long a created or updated record stays invisible to search.
     pub search_lag: Duration,
     /// Batch results come in reverse input order: HubSpot does not promise input order, and a
@@ -130,6 +144,7 @@ impl FakeHubSpot {
             window_length: WINDOW,
             retry_after_on_429: false,
             window: VecDeque::new(),
+            calls: CallCounts::default(),
             search_lag: Duration::ZERO,
             results_reversed: false,
             latency: Duration::ZERO,
@@ -178,6 +193,11 @@ impl FakeHubSpot {
 
     pub fn writes(&self) -> Vec<Write> {
         self.lock().writes.clone()
+    }
+
+    /// The window's verdicts so far.
+    pub fn call_counts(&self) -> CallCounts {
+        self.lock().calls
     }
 
     /// Write requests received so far, by endpoint.
@@ -244,9 +264,12 @@ fn admit(
             let oldest = state.window.front().copied().unwrap_or(now);
             state.window_length.saturating_sub(now.duration_since(oldest))
         });
+        state.calls.refused_window += 1;
         return Err(rate_limited(state, retry_after));
     }
     state.window.push_back(now);
+    state.calls.admitted += 1;
+    state.calls.max_in_any_window = state.calls.max_in_any_window.max(state.window.len());
     Ok(limits(remaining - 1))
 }
 

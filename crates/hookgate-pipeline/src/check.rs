@@ -30,6 +30,11 @@ const NAME_CHARS_MAX: usize = 64;
 /// A tolerance beyond this makes replay protection meaningless.
 const TOLERANCE_MAX: Duration = Duration::from_secs(3600);
 const ATTEMPTS_MAX_LIMIT: u32 = 1000;
+/// Bounds of a connector's `limits.rate`: a window the engine can keep a log of, and one
+/// that a person wrote on purpose.
+const RATE_CALLS_MAX: u32 = 1_000_000;
+const RATE_WINDOW_MIN: Duration = Duration::from_secs(1);
+const RATE_WINDOW_MAX: Duration = Duration::from_secs(86_400);
 
 /// A pipeline ready to serve: model checked, templates compiled, scheme resolved.
 #[derive(Debug)]
@@ -396,6 +401,35 @@ pub(crate) fn check_instances(
                 .with_related(file, first_span, "first defined here"),
             );
             continue;
+        }
+        if let Some(rate) = instance.limits.as_ref().and_then(|l| l.rate.as_ref()) {
+            let at =
+                |field: &str| doc.locate(&path!["connectors", i, "limits", "rate", field]).span;
+            if !(1..=RATE_CALLS_MAX).contains(&rate.calls) {
+                diagnostics.push(
+                    Diagnostic::error(
+                        Code::OutOfRange,
+                        file,
+                        at("calls"),
+                        format!("`limits.rate.calls` is {}, outside 1..={RATE_CALLS_MAX}", rate.calls),
+                    )
+                    .with_hint("a budget of no calls would hold every write forever; give the calls the CRM allows in `per`"),
+                );
+            }
+            if !(RATE_WINDOW_MIN..=RATE_WINDOW_MAX).contains(&rate.per.0) {
+                diagnostics.push(
+                    Diagnostic::error(
+                        Code::OutOfRange,
+                        file,
+                        at("per"),
+                        format!(
+                            "`limits.rate.per` is {}, outside 1s..=24h",
+                            humantime::format_duration(rate.per.0)
+                        ),
+                    )
+                    .with_hint("give the CRM's own window, e.g. `per: 10s` for HubSpot"),
+                );
+            }
         }
         index.insert(instance.name.clone(), i);
         connectors.insert(instance.name.clone(), instance);

@@ -924,4 +924,28 @@ pub struct ConnectorInstance {
     /// Kind-specific credentials, each a secret reference.
     #[serde(default)]
     pub credentials: BTreeMap<String, SecretRef>,
+    /// The calls this instance may make, shared by every process on one store. Without it,
+    /// the kind's published limits apply (HubSpot: 100 calls per 10 s).
+    #[serde(default)]
+    pub limits: Option<LimitsConfig>,
+}
+
+/// A connector instance's call budget.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// At most `calls` calls in any rolling `per`, e.g. `{ calls: 100, per: 10s }`: writes
+    /// and reconciling lookups alike, by every gateway and `hookgate work` process together.
+    #[serde(default)]
+    pub rate: Option<RateConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateConfig {
+    /// Calls allowed in one window, 1 to 1,000,000.
+    pub calls: u32,
+    /// The rolling window, 1s to 24h.
+    #[schemars(with = "String")]
+    pub per: HumanDuration,
 }

@@ -536,3 +536,24 @@ targets:
         );
     }
 }
+
+/// A budget of no calls, or a window outside 1s..=24h, is refused where it is written; an
+/// unknown field in `limits` is a typo, not a budget.
+#[test]
+fn budgets_out_of_range_are_refused_where_written() {
+    let source = "connectors:\n  - name: a\n    kind: hubspot\n    limits: { rate: { calls: 0, per: 10s } }\n\
+                  \x20 - name: b\n    kind: hubspot\n    limits: { rate: { calls: 100, per: 500ms } }\n\
+                  \x20 - name: c\n    kind: hubspot\n    limits: { rate: { calls: 100, per: 10s } }\n\
+                  \x20 - name: d\n    kind: hubspot\n    limits: { rate: { call: 100, per: 10s } }\n";
+    let (_, diagnostics) = load_instances("hookgate.yaml", source);
+    let rendered: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        rendered[1..],
+        [
+            "hookgate.yaml:4:30: error[H0701]: `limits.rate.calls` is 0, outside 1..=1000000\n  = hint: a budget of no calls would hold every write forever; give the calls the CRM allows in `per`",
+            "hookgate.yaml:7:40: error[H0701]: `limits.rate.per` is 500ms, outside 1s..=24h\n  = hint: give the CRM's own window, e.g. `per: 10s` for HubSpot",
+            "hookgate.yaml:13:23: error[H0101]: unknown field `call`\n  = hint: did you mean `calls`?",
+        ],
+        "{rendered:#?}"
+    );
+}

@@ -141,12 +141,14 @@ macro_rules! read_on_both {
 #[macro_use]
 mod state;
 mod batch;
+mod budget;
 mod delivery;
 mod intake;
 mod operate;
 mod payloads;
 
 pub use batch::FinishItem;
+pub use budget::SliceRequest;
 pub use delivery::{
     AppliedVersion, AttemptRecord, Backlog, Call, Doubt, EntityGuard, Finish, LANE_FRESH,
     LANE_PARKED, LANE_REPLAY, LeasedItem, PoolUsage, Renewal, Replay, SWEEP_BATCH,
@@ -457,6 +459,12 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<DeliveryRecord>> {
         self.deliveries_page(DeliveryOutcome::Rejected, pipeline, before_id, limit).await
+    }
+
+    /// Whether several processes may work on this store at once (PostgreSQL): then what they
+    /// share, such as a connector's call budget, is kept here.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Store::Postgres(_))
     }
 
     pub fn backend(&self) -> &'static str {

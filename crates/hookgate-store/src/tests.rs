@@ -1476,3 +1476,46 @@ async fn postgres_ranges_over_the_outbox_by_state_through_its_partial_indexes() 
     store.close().await;
     drop_postgres_database(&url).await;
 }
+
+/// Slices of one budget across processes: an even share each, a shrink freeing calls only
+/// once its holder's log says they left the window, and an expired slice counting for one
+/// window past its end. On SQLite the one process holds the whole budget.
+#[tokio::test]
+async fn budget_slices_never_sum_past_the_budget() {
+    on_both_backends(|store| async move {
+        let postgres = matches!(store, Store::Postgres(_));
+        let slice = |owner: &'static str, in_window_ms: Vec<i64>| SliceRequest {
+            connector: "hubspot",
+            owner,
+            budget_calls: 100,
+            window_ms: 400,
+            lease_ms: 500,
+            in_window_ms,
+        };
+        let a = store.lease_budget_slice(&slice("a", vec![])).await.unwrap();
+        assert_eq!(a, 100, "alone, the whole budget");
+        if !postgres {
+            return;
+        }
+        let b = store.lease_budget_slice(&slice("b", vec![])).await.unwrap();
+        assert_eq!(b, 0, "a's calls may all be in the window");
+        // a shrinks to half; 70 of its 100 calls stay in the window 300 ms more, so the 50 it
+        // gives up are free only then.
+        let a_log: Vec<i64> = (0..100).map(|i| if i < 30 { 0 } else { 300 }).collect();
+        assert_eq!(store.lease_budget_slice(&slice("a", a_log)).await.unwrap(), 50);
+        assert_eq!(store.lease_budget_slice(&slice("b", vec![])).await.unwrap(), 0);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(store.lease_budget_slice(&slice("a", vec![])).await.unwrap(), 50);
+        assert_eq!(store.lease_budget_slice(&slice("b", vec![])).await.unwrap(), 50);
+        // b stops renewing: its slice counts until a window past its lease, then a may grow.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(
+            store.lease_budget_slice(&slice("a", vec![])).await.unwrap(),
+            50,
+            "b's calls may be out"
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(store.lease_budget_slice(&slice("a", vec![])).await.unwrap(), 100);
+    })
+    .await;
+}

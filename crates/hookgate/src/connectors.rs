@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use hookgate_connector::{
-    BoxFuture, ConfigError, Connector, Credentials, Kind, KindDescription, Secret, TargetRule,
-    describe_kind,
+    BoxFuture, CallLimits, ConfigError, Connector, Credentials, Kind, KindDescription, RateLimit,
+    Secret, TargetRule, describe_kind,
 };
 use hookgate_connector_hubspot::HubSpot;
 use hookgate_connector_mock::MockCrm;
 use hookgate_connector_salesforce::Salesforce;
-use hookgate_engine::Connectors;
+use hookgate_engine::{Budgets, Connectors};
 use hookgate_pipeline::{
     Code, Diagnostic, Instances, suggestion, variant_suggestion, with_references_resolved,
 };
@@ -226,6 +226,26 @@ impl Registry {
             diagnostics.extend(instances.check_credentials(name, &required));
         }
         diagnostics
+    }
+
+    /// Each instance's budget: its own `limits`, else what its kind publishes.
+    pub fn limits(&self, instances: &Instances) -> Budgets {
+        instances
+            .connectors
+            .iter()
+            .map(|(name, instance)| (name.clone(), self.limits_of(instance)))
+            .collect()
+    }
+
+    fn limits_of(&self, instance: &hookgate_pipeline::model::ConnectorInstance) -> CallLimits {
+        let published = self.kinds.get(&instance.kind).map(|e| e.description.limits);
+        let declared = instance.limits.as_ref().and_then(|limits| limits.rate.as_ref());
+        match declared {
+            Some(rate) => {
+                CallLimits { rate: Some(RateLimit { calls: rate.calls, per: rate.per.0 }) }
+            }
+            None => published.unwrap_or_default(),
+        }
     }
 
     /// Builds every instance, resolving its credentials. `call_timeout` bounds each call
@@ -552,6 +572,7 @@ pub fn effects_text(effects: &[hookgate_connector_mock::Effect], format: Format)
 /// schema.
 pub fn kinds_text(
     registry: &Registry,
+    instances: Option<&Instances>,
     schema: Option<&str>,
     format: Format,
 ) -> Result<String, String> {
@@ -576,6 +597,7 @@ pub fn kinds_text(
                 "origin": origin,
                 "credentials": description.credentials,
                 "rules": description.rules,
+                "limits": limits_json(description.limits),
             });
             out.push_str(&crate::events::json_line(&line));
         } else {
@@ -586,13 +608,55 @@ pub fn kinds_text(
             };
             let _ = writeln!(
                 out,
-                "{:<12}  {:<8}  {:<24}  {}",
+                "{:<12}  {:<8}  {:<24}  {:<22}  {}",
                 shown(&description.kind),
                 shown(&description.version),
                 shown(&credentials),
+                limits_text(description.limits),
                 shown(&origin)
             );
         }
     }
+    // Then each instance of the instances file, with the budget it runs under.
+    for (name, instance) in instances.map(|i| &i.connectors).into_iter().flatten() {
+        let limits = registry.limits_of(instance);
+        let source = if instance.limits.is_some() { "declared" } else { "its kind's" };
+        if format == Format::Json {
+            let line = serde_json::json!({
+                "instance": name,
+                "kind": instance.kind,
+                "limits": limits_json(limits),
+                "limits_from": if instance.limits.is_some() { "instance" } else { "kind" },
+            });
+            out.push_str(&crate::events::json_line(&line));
+        } else {
+            let _ = writeln!(
+                out,
+                "instance {}  kind {}  budget {} ({source})",
+                shown(name),
+                shown(&instance.kind),
+                limits_text(limits)
+            );
+        }
+    }
     Ok(out)
+}
+
+/// A budget for people: `100 calls per 10s`, or `no rate limit`.
+fn limits_text(limits: CallLimits) -> String {
+    match limits.rate {
+        Some(rate) => {
+            format!("{} calls per {}", rate.calls, humantime::format_duration(rate.per))
+        }
+        None => "no rate limit".to_owned(),
+    }
+}
+
+fn limits_json(limits: CallLimits) -> serde_json::Value {
+    match limits.rate {
+        Some(rate) => serde_json::json!({
+            "rate": { "calls": rate.calls, "per_ms": u64::try_from(rate.per.as_millis()).unwrap_or(u64::MAX) }
+        }),
+        None => serde_json::json!({ "rate": null }),
+    }
 }

@@ -13,7 +13,7 @@ use hookgate::output::{Bodies, Format};
 use hookgate::render::{self, Color, MessageFormat};
 use hookgate::serve::{self, ServeOptions};
 use hookgate::{connectors, events};
-use hookgate_engine::{WorkerConfig, now_ms};
+use hookgate_engine::{InHand, WorkerConfig, now_ms};
 use hookgate_pipeline::Code;
 use hookgate_server::ServerConfig;
 use hookgate_store::{Access, EventFilter, Store, StoreOptions};
@@ -481,8 +481,10 @@ struct WorkArgs {
     /// CRM writes worked on at once by this process (each holds its event's payload in
     /// memory); 0 runs no workers (intake only). Calls to a CRM are bounded apart, by
     /// `--crm-calls` and `--crm-batch-calls`: writes in hand beyond them wait, and fill batches.
-    #[arg(long, env = "HOOKGATE_WORKERS", default_value_t = 128)]
-    workers: usize,
+    /// Default: enough for full batches (the largest connector batch times
+    /// `--crm-batch-calls`, twice), at least 128.
+    #[arg(long, env = "HOOKGATE_WORKERS")]
+    workers: Option<usize>,
     /// How long a worker's lease on an entity lasts; renewed before each CRM call, it must
     /// exceed the call timeout by at least 1000 ms. A dead worker's entities wait this long.
     #[arg(long, env = "HOOKGATE_LEASE_MS", default_value_t = 60_000)]
@@ -517,7 +519,7 @@ struct WorkArgs {
 impl WorkArgs {
     /// The workers' configuration, when this process runs any.
     fn config(&self) -> Result<Option<WorkerConfig>> {
-        if self.workers == 0 {
+        if self.workers == Some(0) {
             return Ok(None);
         }
         self.worker_config().map(Some)
@@ -528,7 +530,7 @@ impl WorkArgs {
         let defaults = WorkerConfig::default();
         let config = WorkerConfig {
             worker_id: self.worker_id.clone().unwrap_or(defaults.worker_id),
-            concurrency: self.workers,
+            in_hand: self.workers.map_or(InHand::FullBatches, InHand::Exactly),
             lease: Duration::from_millis(self.lease_ms),
             call_timeout: Duration::from_millis(self.call_timeout_ms),
             idle_poll: Duration::from_millis(self.idle_poll_ms),
@@ -920,7 +922,7 @@ fn connectors_command(
     for problem in &problems {
         eprintln!("{problem}");
     }
-    let text = connectors::kinds_text(&registry, schema, format);
+    let text = connectors::kinds_text(&registry, loaded.as_ref(), schema, format);
     match text {
         Ok(text) => {
             print!("{text}");

@@ -124,8 +124,9 @@ impl Running {
                 .map_err(refused)?;
             let sources = sources(loaded.served.iter(), &loaded.instances, &self.options.resolver)
                 .map_err(refused)?;
+            let limits = loaded.registry.limits(&loaded.instances);
             self.gateway.replace_pipelines(loaded.served);
-            worker.replace(connectors, sources);
+            worker.replace(connectors, limits, sources);
         } else {
             self.gateway.replace_pipelines(loaded.served);
         }
@@ -243,7 +244,8 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
     if let Some(config) = options.workers.clone() {
         let connectors = registry.build(&instances, &options.resolver, config.call_timeout).await?;
         let sources = sources(gateway.pipelines(), &instances, &options.resolver)?;
-        let worker = Worker::new(gateway.clone(), connectors, config).with_sources(sources);
+        let limits = registry.limits(&instances);
+        let worker = Worker::new(gateway.clone(), connectors, limits, config).with_sources(sources);
         worker_handle = Some(worker.clone());
         tasks.push(tokio::spawn(worker.run(stopped(receiver.clone()))));
         tasks.push(tokio::spawn(sweep(gateway.clone(), stopped(receiver.clone()))));

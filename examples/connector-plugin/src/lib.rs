@@ -261,6 +261,7 @@ impl sdk::Kind for JsonFile {
                 message: "jsonfile cannot upsert by `id`".into(),
                 hint: "`id` is the record id jsonfile assigns; use a field of your own".into(),
             }],
+            limits: Default::default(),
         }
     }
 

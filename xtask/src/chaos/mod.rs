@@ -136,6 +136,8 @@ struct RunReport {
     /// Attempts naming an item or event that is not there (PostgreSQL keeps no foreign key
     /// for them): must be none.
     orphaned_attempts: i64,
+    /// The most HubSpot calls the fake saw in any rolling second, against the budget.
+    hubspot_calls_in_a_window_max: usize,
     drained: bool,
     intake: IntakeVerdict,
     crms: BTreeMap<String, CrmVerdict>,
@@ -222,9 +224,14 @@ fn pipeline_yaml() -> String {
     )
 }
 
+/// HubSpot's budget in the run, per rolling second: the fake lets everything through and counts
+/// the calls of every second, which must never exceed it, across processes, kills and
+/// outages.
+const HUBSPOT_BUDGET_CALLS: usize = 40;
+
 fn instances_yaml(hubspot: &str, salesforce: &str) -> String {
     format!(
-        "connectors:\n  - name: hubspot\n    kind: hubspot\n    settings: {{ base_url: \"{hubspot}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n  - name: salesforce\n    kind: salesforce\n    settings: {{ login_url: \"{salesforce}\", api_version: \"60.0\" }}\n    credentials:\n      client_id: {{ env: SALESFORCE_CLIENT_ID }}\n      client_secret: {{ env: SALESFORCE_CLIENT_SECRET }}\n"
+        "connectors:\n  - name: hubspot\n    kind: hubspot\n    settings: {{ base_url: \"{hubspot}\" }}\n    credentials: {{ token: {{ env: HUBSPOT_TOKEN }} }}\n    limits: {{ rate: {{ calls: {HUBSPOT_BUDGET_CALLS}, per: 1s }} }}\n  - name: salesforce\n    kind: salesforce\n    settings: {{ login_url: \"{salesforce}\", api_version: \"60.0\" }}\n    credentials:\n      client_id: {{ env: SALESFORCE_CLIENT_ID }}\n      client_secret: {{ env: SALESFORCE_CLIENT_SECRET }}\n"
     )
 }
 
@@ -424,8 +431,12 @@ async fn run_backend(binary: &Path, options: &Options, backend: Backend) -> Resu
         ("hubspot".to_owned(), verdict::judge_crm(&sent, &hubspot_log)),
         ("salesforce".to_owned(), verdict::judge_crm(&sent, &salesforce_log)),
     ]);
-    let holds =
-        drained && orphaned_attempts == 0 && intake.holds() && crms.values().all(CrmVerdict::holds);
+    let hubspot_calls_in_a_window_max = hubspot.call_counts().max_in_any_window;
+    let holds = drained
+        && orphaned_attempts == 0
+        && hubspot_calls_in_a_window_max <= HUBSPOT_BUDGET_CALLS
+        && intake.holds()
+        && crms.values().all(CrmVerdict::holds);
     Ok(RunReport {
         backend,
         processes,
@@ -441,6 +452,7 @@ async fn run_backend(binary: &Path, options: &Options, backend: Backend) -> Resu
         ]),
         hookgate_items,
         orphaned_attempts,
+        hubspot_calls_in_a_window_max,
         drained,
         intake,
         crms,
@@ -766,6 +778,10 @@ fn print_run(run: &RunReport) {
             verdict.unacknowledged_effects
         );
     }
+    println!(
+        "  budget      hubspot: at most {} calls in any rolling second (budget {HUBSPOT_BUDGET_CALLS})",
+        run.hubspot_calls_in_a_window_max
+    );
     println!(
         "  intake      {} events, {} acknowledged: accepted twice {}, never acknowledged {}",
         run.intake.events,
