@@ -404,7 +404,7 @@ async fn send(
     metrics::histogram!("hookgate_crm_batch_size", "connector" => name.clone())
         .record(requests.len() as f64);
     metrics::counter!("hookgate_crm_write_calls_total", "connector" => name.clone()).increment(1);
-    let budget = permit.map(|permit| permit.start());
+    let call = permit.map(Permit::start);
     let started = std::time::Instant::now();
     let ambiguous =
         |message: String| ConnectorError::Ambiguous { message, answer: Answer::default() };
@@ -424,15 +424,16 @@ async fn send(
     };
     metrics::histogram!("hookgate_crm_batch_call_seconds", "connector" => name)
         .record(started.elapsed().as_secs_f64());
-    if let Some(budget) = &budget {
+    if let Some(call) = &call {
         let refused = outcomes.iter().find_map(|outcome| match outcome {
             Err(ConnectorError::RateLimited { retry_after, .. }) => Some(*retry_after),
             _ => None,
         });
         if let Some(retry_after) = refused {
-            budget.refused(retry_after);
+            call.refused(retry_after);
         }
     }
+    drop(call);
     for (reply, outcome) in replies.into_iter().zip(outcomes) {
         let _ = reply.send(outcome);
     }

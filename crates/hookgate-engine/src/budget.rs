@@ -1,11 +1,14 @@
 //! Call budgets: a connector instance starts at most `calls` calls in any rolling window of
 //! `per`, writes and lookups alike, so that the CRM never has to refuse one.
 //!
-//! A [`CallBudget`] keeps a log of the calls this process started within the window (on its
-//! monotonic clock) and hands out [`Permit`]s while the log has room. A permit is stamped when
-//! its call starts, not when it was granted: a batch call gathers its writes after its permit
-//! came, and the CRM counts the call when it arrives. The window is kept [`WINDOW_MARGIN`]
-//! longer than the CRM's, for the time a call takes to reach it.
+//! A [`CallBudget`] keeps a log of this process's calls (on its monotonic clock) and hands out
+//! [`Permit`]s while the log has room. The CRM counts a call when it arrives, some time
+//! between its start and its answer, and that time is unbounded on a loaded machine. So a
+//! call counts here from when it starts (a permit granted counts already) until a window
+//! after it ended: whenever it arrived, every call the CRM can count in one window was in
+//! this log when the last of them started, and the log had room for it. The window is kept
+//! [`WINDOW_MARGIN`] longer than the CRM's, for a call dropped while its bytes are on the way
+//! and for the CRM's coarser clock.
 //!
 //! Several processes on one store share one budget: each holds a slice of it, leased from the
 //! store (see `slices`), and [`CallBudget::set_limit`] sets this process's log to its slice.
@@ -20,8 +23,8 @@ use hookgate_store::{SliceRequest, Store};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// How much longer than the CRM's window a call counts here: a call stamped at its start
-/// reaches the CRM later, and the CRM's window is over its arrivals.
+/// How much longer than the CRM's window a call counts here after it ended: a call given up
+/// (its deadline passed) may still reach the CRM, and the CRM's clock is not ours.
 pub const WINDOW_MARGIN: Duration = Duration::from_millis(250);
 
 /// The calls one connector instance of this process may start.
@@ -38,8 +41,10 @@ pub struct CallBudget {
 struct Log {
     /// Calls this process may have in the window now: the whole budget, or its slice.
     limit: u32,
-    /// When each call of the window started, oldest first.
-    started: VecDeque<Instant>,
+    /// When each call of the window ended, oldest first.
+    ended: VecDeque<Instant>,
+    /// Calls started that have not ended.
+    in_flight: u32,
     /// Permits granted whose calls have not started.
     reserved: u32,
     /// The CRM refused a call for its rate: nothing starts before then.
@@ -53,7 +58,13 @@ impl CallBudget {
         let budget = Arc::new(CallBudget {
             connector: connector.to_owned(),
             rate,
-            log: Mutex::new(Log { limit, started: VecDeque::new(), reserved: 0, held_until: None }),
+            log: Mutex::new(Log {
+                limit,
+                ended: VecDeque::new(),
+                in_flight: 0,
+                reserved: 0,
+                held_until: None,
+            }),
             freed: Notify::new(),
         });
         budget.publish(limit);
@@ -93,9 +104,9 @@ impl CallBudget {
                     break Permit { budget: Arc::clone(self), started: false };
                 }
                 // The hold ends, or the oldest call leaves the window, then; with neither
-                // (every permit reserved, or a limit of zero) only a freed permit or a new
-                // limit helps.
-                held.or_else(|| log.started.front().map(|&oldest| oldest + self.window()))
+                // (every call in flight or reserved, or a limit of zero) only a call ending,
+                // a freed permit or a new limit helps.
+                held.or_else(|| log.ended.front().map(|&oldest| oldest + self.window()))
             };
             if !counted_waiting {
                 counted_waiting = true;
@@ -163,28 +174,29 @@ impl CallBudget {
         if excess == 0 {
             return Duration::ZERO;
         }
-        if log.reserved > 0 && excess > u32::try_from(log.started.len()).unwrap_or(u32::MAX) {
-            // Permits out whose calls may start now: a whole window from now.
+        if excess > u32::try_from(log.ended.len()).unwrap_or(u32::MAX) {
+            // Calls in flight, or permits out whose calls may start now: a whole window from
+            // now at least.
             return self.window();
         }
         let index = usize::try_from(excess - 1).unwrap_or(usize::MAX);
-        log.started.get(index).map_or(self.window(), |&started| {
-            (started + self.window()).saturating_duration_since(now)
-        })
+        log.ended
+            .get(index)
+            .map_or(self.window(), |&ended| (ended + self.window()).saturating_duration_since(now))
     }
 
     /// How long from now each call of this process's window stays in it, soonest first; a
-    /// permit out counts as a whole window (its call may start now).
+    /// call in flight or a permit out counts as a whole window (it may end, or start, now).
     pub fn in_window(&self) -> Vec<Duration> {
         let mut log = self.lock();
         let now = Instant::now();
         log.prune(now, self.window());
         let mut left: Vec<Duration> = log
-            .started
+            .ended
             .iter()
-            .map(|&started| (started + self.window()).saturating_duration_since(now))
+            .map(|&ended| (ended + self.window()).saturating_duration_since(now))
             .collect();
-        left.extend((0..log.reserved).map(|_| self.window()));
+        left.extend((0..log.in_flight + log.reserved).map(|_| self.window()));
         left
     }
 
@@ -201,17 +213,20 @@ impl CallBudget {
 
 impl Log {
     fn prune(&mut self, now: Instant, window: Duration) {
-        while self.started.front().is_some_and(|&started| started + window <= now) {
-            self.started.pop_front();
+        while self.ended.front().is_some_and(|&ended| ended + window <= now) {
+            self.ended.pop_front();
         }
     }
 
     fn in_window(&self) -> u32 {
-        u32::try_from(self.started.len()).unwrap_or(u32::MAX).saturating_add(self.reserved)
+        u32::try_from(self.ended.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(self.in_flight)
+            .saturating_add(self.reserved)
     }
 }
 
-/// The right to start one call. [`Permit::start`] counts the call from now; a permit dropped
+/// The right to start one call. [`Permit::start`] turns it into the [`InFlight`] call; a permit dropped
 /// unstarted is handed back.
 #[derive(Debug)]
 pub struct Permit {
@@ -220,17 +235,41 @@ pub struct Permit {
 }
 
 impl Permit {
-    /// The call starts now: it counts in the window from now on. Returns its budget, to tell
-    /// it if the CRM refuses the call anyway.
-    pub fn start(mut self) -> Arc<CallBudget> {
+    /// The call starts now. It is in flight until the [`InFlight`] is dropped, and counts in the
+    /// window until a window after that.
+    pub fn start(mut self) -> InFlight {
         self.started = true;
         let mut log = self.budget.lock();
         log.reserved = log.reserved.saturating_sub(1);
-        log.started.push_back(Instant::now());
+        log.in_flight += 1;
         drop(log);
         metrics::counter!("hookgate_budget_calls_total", "connector" => self.budget.connector.clone())
             .increment(1);
-        Arc::clone(&self.budget)
+        InFlight { budget: Arc::clone(&self.budget) }
+    }
+}
+
+/// A call in flight: dropped when the CRM has answered, or the call was given up.
+#[derive(Debug)]
+pub struct InFlight {
+    budget: Arc<CallBudget>,
+}
+
+impl InFlight {
+    /// The CRM refused this call for its rate (see [`CallBudget::refused`]).
+    pub fn refused(&self, wait: Option<Duration>) {
+        self.budget.refused(wait);
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut log = self.budget.lock();
+        log.in_flight = log.in_flight.saturating_sub(1);
+        log.ended.push_back(Instant::now());
+        drop(log);
+        // A waiter with nothing ended to time its wait by learns when this call leaves.
+        self.budget.freed.notify_waiters();
     }
 }
 
@@ -308,24 +347,24 @@ fn millis(duration: Duration) -> i64 {
 }
 
 /// Takes a permit of `budget`, if there is one, and starts its call.
-pub(crate) async fn start_call(budget: Option<&Arc<CallBudget>>) {
-    if let Some(budget) = budget {
-        budget.permit().await.start();
+pub(crate) async fn start_call(budget: Option<&Arc<CallBudget>>) -> Option<InFlight> {
+    match budget {
+        Some(budget) => Some(budget.permit().await.start()),
+        None => None,
     }
 }
 
-/// Tells `budget`, if any, that the CRM refused a call for its rate.
-pub(crate) fn note_refusal<T>(
-    budget: Option<&Arc<CallBudget>>,
+/// Ends `call`, if any, telling its budget if the CRM refused it for its rate.
+pub(crate) fn end_call<T>(
+    call: Option<InFlight>,
     result: &Result<T, hookgate_connector::ConnectorError>,
 ) {
-    if let (
-        Some(budget),
-        Err(hookgate_connector::ConnectorError::RateLimited { retry_after, .. }),
-    ) = (budget, result)
+    if let (Some(call), Err(hookgate_connector::ConnectorError::RateLimited { retry_after, .. })) =
+        (&call, result)
     {
-        budget.refused(*retry_after);
+        call.refused(*retry_after);
     }
+    drop(call);
 }
 
 #[cfg(test)]
@@ -347,6 +386,25 @@ mod tests {
             starts.push(begun.elapsed().as_millis());
         }
         assert_eq!(starts, [0, 0, 0, 1_250, 1_250, 1_250, 2_500]);
+    }
+
+    /// A call counts until a window after it ended, however long it was in flight: the CRM
+    /// may have counted it on arrival at any time before its answer.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_call_counts_until_a_window_after_its_answer() {
+        let budget = CallBudget::new("crm", rate(1, 1_000), 1);
+        let slow = budget.permit().await.start();
+        let next = tokio::spawn({
+            let budget = Arc::clone(&budget);
+            async move { budget.permit().await.start() }
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!next.is_finished(), "the slow call is still in flight");
+        assert_eq!(budget.in_window(), [budget.window()]);
+        let answered = Instant::now();
+        drop(slow);
+        let _next = next.await.unwrap();
+        assert_eq!(answered.elapsed(), budget.window());
     }
 
     /// A permit handed back unused is another caller's at once; one started is not.

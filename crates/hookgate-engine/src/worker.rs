@@ -45,7 +45,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument as _;
 
 use crate::batch::{StoreBatches, UpsertBatcher};
-use crate::budget::CallBudget;
+use crate::budget::{CallBudget, Permit};
 use crate::seal::{Part, open_stored, open_stored_text};
 use crate::{Gateway, ServedPipeline, now_ms};
 
@@ -531,9 +531,9 @@ impl Worker {
             None => {
                 metrics::counter!("hookgate_crm_write_calls_total", "connector" => upsert.connector.clone()).increment(1);
                 let calls = wiring.budgets.get(&upsert.connector);
-                crate::budget::start_call(calls).await;
+                let call = crate::budget::start_call(calls).await;
                 let written = within(budget, connector.upsert(&request)).await;
-                crate::budget::note_refusal(calls, &written);
+                crate::budget::end_call(call, &written);
                 written
             }
         };
@@ -913,12 +913,10 @@ impl Worker {
         let Some(budget) = attempt.begin(self, "lookup").await? else {
             return Ok(None);
         };
-        if let Some(permit) = permit {
-            permit.start();
-        }
+        let call = permit.map(Permit::start);
         let lookup = LookupRequest::from(request);
         let looked_up = within(budget, connector.lookup(&lookup)).await;
-        crate::budget::note_refusal(calls, &looked_up);
+        crate::budget::end_call(call, &looked_up);
         let reconciled = match looked_up {
             Ok(LookupOutcome::Found { record_id, fields, answer }) => {
                 let shows_write =
