@@ -765,6 +765,11 @@ fn the_demo_shows_one_effect_per_write() {
     ] {
         assert!(text.contains(expected), "`{expected}` missing from\n{text}");
     }
+    // The stories are told from listed events, which do not read the bodies: their sizes are
+    // read beside them.
+    let payloads: Vec<&str> = text.lines().filter(|line| line.contains("  payload  ")).collect();
+    assert_eq!(payloads.len(), 3, "{text}");
+    assert!(payloads.iter().all(|line| !line.contains(" 0 bytes")), "{payloads:?}");
 }
 
 #[test]

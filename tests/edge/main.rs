@@ -464,3 +464,43 @@ async fn a_forged_flood_is_counted_in_full_and_logged_a_line_at_a_time() {
     drop(server);
     database.cleanup().await;
 }
+
+/// Every answer has a JSON body, the wrong path and the wrong method too, and each is counted:
+/// a sender set up with a trailing slash still reaches its pipeline (one event through both
+/// paths), and one with a wrong URL shows in the metrics and the log instead of nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trailing_slash_reaches_the_pipeline_and_every_other_path_gets_a_json_answer() {
+    let database = Database::sqlite().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let server = ServerBuilder::new(database.url()).log(log.clone()).start();
+    let client = client();
+    let delivery = github("slash-1", &push_body("mona", "c1"));
+    let mut through_slash = client.post(server.url("/hooks/github/")).body(delivery.body.clone());
+    for (name, value) in &delivery.headers {
+        through_slash = through_slash.header(name, value);
+    }
+    let (status, body) = answer(through_slash.send().await.unwrap()).await;
+    assert_eq!((status, &body["status"]), (StatusCode::ACCEPTED, &"accepted".into()), "{body}");
+    let (status, again) = answer(delivery.send(&client, &server).await).await;
+    assert_eq!(status, StatusCode::OK, "the same event without the slash: {again}");
+    assert_eq!(again["event_id"], body["event_id"]);
+
+    for path in ["/hooks/", "/hooks/github/extra", "/hook/github", "/"] {
+        let (status, body) = answer(client.post(server.url(path)).send().await.unwrap()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(body, serde_json::json!({"status": "not_found"}), "{path}");
+    }
+    let (status, body) =
+        answer(client.get(server.url("/hooks/github")).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body, serde_json::json!({"status": "method_not_allowed"}));
+
+    let text = metrics(&client, &server).await;
+    assert_eq!(metric(&text, r#"hookgate_edge_refusals_total{reason="no_route"}"#), 4.0);
+    assert_eq!(metric(&text, r#"hookgate_edge_refusals_total{reason="wrong_method"}"#), 1.0);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("POST /hooks/"), "the first wrong path is logged: {logged}");
+    drop(server);
+    database.cleanup().await;
+}

@@ -238,7 +238,10 @@ async fn payloads_are_sealed_at_rest_opened_for_work_masked_for_operators_and_ro
             &only_k1,
             &["events", "show", &event_id.to_string(), "--body"],
         ));
-        assert!(human.contains("sealed under key `k1`; payload_retention 1h"), "{human}");
+        // The real size of the body, not its sealed one: a format byte, nonce and tag more.
+        let sent = private_order("o-1", "c-1", 1, "4242424242424242").body.len();
+        let sizes = format!("{sent} bytes sealed under key `k1` ({} stored)", sent + 29);
+        assert!(human.contains(&format!("{sizes}; payload_retention 1h")), "{human}");
         assert!(human.contains("body [redacted]") && !human.contains(MARKER), "{human}");
         let rejected = stdout(&hookgate(&database, &only_k1, &["events", "rejected", "--body"]));
         assert!(rejected.contains("[redacted]") && rejected.contains("c-9"), "{rejected}");

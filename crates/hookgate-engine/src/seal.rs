@@ -23,6 +23,8 @@ const FORMAT_V1: u8 = 1;
 /// A key is 32 random bytes.
 pub const KEY_BYTES: usize = 32;
 const TAG_BYTES: usize = 16;
+/// What sealing adds to a value: the format byte, the nonce and the tag.
+pub const SEAL_OVERHEAD_BYTES: usize = 1 + NONCE_LEN + TAG_BYTES;
 
 /// Which stored value a seal is for: part of the additional data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

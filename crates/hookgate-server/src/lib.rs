@@ -145,10 +145,27 @@ pub fn router(gateway: Gateway, config: ServerConfig) -> Router {
     };
     Router::new()
         .route("/hooks/{pipeline}", post(intake))
+        // Senders' forms keep a trailing slash someone typed: it names the same pipeline, and
+        // a redelivery through either path is the same event.
+        .route("/hooks/{pipeline}/", post(intake))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(state)
+}
+
+/// A path that is no route: answered, counted and logged like any refusal, so that a sender
+/// configured with a wrong URL shows up in the log and the metrics.
+async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    refused(Refusal::NoRoute, &format_args!("{method} {}", printable(uri.path(), 128)));
+    answer(StatusCode::NOT_FOUND, json!({"status": "not_found"}))
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    refused(Refusal::WrongMethod, &format_args!("{method} {}", printable(uri.path(), 128)));
+    answer(StatusCode::METHOD_NOT_ALLOWED, json!({"status": "method_not_allowed"}))
 }
 
 fn answer(status: StatusCode, body: serde_json::Value) -> Response {

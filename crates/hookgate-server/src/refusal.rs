@@ -33,6 +33,10 @@ pub enum Refusal {
     Unauthorized,
     /// No pipeline has the name in the URL: 404.
     UnknownPipeline,
+    /// The path is no route at all (not `/hooks/NAME`): 404.
+    NoRoute,
+    /// The route exists, not for this method (a GET of a hook): 405.
+    WrongMethod,
     /// An operator paused the pipeline's intake: 503 with Retry-After.
     Paused,
 }
@@ -50,6 +54,8 @@ impl Refusal {
             Refusal::UnreadableBody => "unreadable_body",
             Refusal::Unauthorized => "unauthorized",
             Refusal::UnknownPipeline => "unknown_pipeline",
+            Refusal::NoRoute => "no_route",
+            Refusal::WrongMethod => "wrong_method",
             Refusal::Paused => "paused",
         }
     }

@@ -225,8 +225,11 @@ pub struct EventRecord {
     pub received_at_ms: i64,
     /// The stored header pairs as JSON, or their sealed form (see `sealed_with`).
     pub headers_json: String,
-    /// The raw body, or its sealed form; empty once `payload_purged_at_ms` is set.
+    /// The raw body, or its sealed form; empty once `payload_purged_at_ms` is set, and in
+    /// lists, which do not read it.
     pub body: Vec<u8>,
+    /// How many bytes the stored body has (raw or sealed), read even where `body` is not.
+    pub body_bytes: i64,
     pub state: EventState,
     pub delivery_count: i64,
     pub conflict_count: i64,
@@ -570,7 +573,7 @@ impl Store {
         let empty_body = if matches!(self, Store::Postgres(_)) { "''::bytea" } else { "X''" };
         let columns = format!(
             "SELECT id, pipeline, scope, event_key, fingerprint, event_type, received_at_ms, '' AS headers, \
-             {empty_body} AS body, state, delivery_count, conflict_count, last_delivery_at_ms, sealed_with, \
+             {empty_body} AS body, CAST(LENGTH(body) AS BIGINT) AS body_bytes, state, delivery_count, conflict_count, last_delivery_at_ms, sealed_with, \
              payload_purged_at_ms FROM events"
         );
         read_on_both!(self, pool => {
@@ -687,7 +690,7 @@ impl Store {
 }
 
 const EVENT_COLUMNS: &str = "SELECT id, pipeline, scope, event_key, fingerprint, event_type, received_at_ms, headers, \
-    body, state, delivery_count, conflict_count, last_delivery_at_ms, sealed_with, payload_purged_at_ms FROM events";
+    body, CAST(LENGTH(body) AS BIGINT) AS body_bytes, state, delivery_count, conflict_count, last_delivery_at_ms, sealed_with, payload_purged_at_ms FROM events";
 
 const DELIVERY_COLUMNS: &str = "SELECT id, pipeline, event_id, outcome, received_at_ms, event_key, fingerprint, \
     reason, headers, body, sealed_with, payload_purged_at_ms FROM deliveries";
@@ -712,6 +715,7 @@ where
         received_at_ms: row.try_get("received_at_ms")?,
         headers_json: row.try_get("headers")?,
         body: row.try_get("body")?,
+        body_bytes: row.try_get::<Option<i64>, _>("body_bytes")?.unwrap_or(0),
         state: row.try_get("state")?,
         delivery_count: row.try_get("delivery_count")?,
         conflict_count: row.try_get("conflict_count")?,

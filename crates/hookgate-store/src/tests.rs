@@ -1264,6 +1264,7 @@ async fn lists_read_no_payload() {
         let listed = store.list_events(&filter).await.unwrap();
         assert_eq!(listed.len(), 1);
         assert!(listed[0].body.is_empty() && listed[0].headers_json.is_empty());
+        assert_eq!(listed[0].body_bytes, 6, "the size is read without the body");
         assert_eq!(listed[0].fingerprint, "f1");
         assert_eq!(store.event(event_id).await.unwrap().unwrap().body, b"a body", "read whole");
         assert_eq!(store.fingerprints(&[event_id, 999]).await.unwrap(), [(event_id, "f1".into())]);

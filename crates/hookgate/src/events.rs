@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use anyhow::{Result, bail};
 use base64::Engine as _;
 use hookgate_engine::now_ms;
+use hookgate_engine::seal::SEAL_OVERHEAD_BYTES;
 use hookgate_pipeline::evaluate::printable;
 use hookgate_pipeline::redact::{ShownBody, mask_echoes};
 use hookgate_store::{
@@ -489,9 +490,14 @@ fn payload_text(views: &Views, event: &EventRecord) -> String {
             timestamp(purged)
         );
     }
+    let stored = usize::try_from(event.body_bytes).unwrap_or(0);
     let sealed = match &event.sealed_with {
-        Some(key) => format!("{} bytes sealed under key `{}`", event.body.len(), shown(key)),
-        None => format!("{} bytes, plaintext", event.body.len()),
+        Some(key) => format!(
+            "{} bytes sealed under key `{}` ({stored} stored)",
+            stored.saturating_sub(SEAL_OVERHEAD_BYTES),
+            shown(key)
+        ),
+        None => format!("{stored} bytes, plaintext"),
     };
     let rule = match views.policy(&event.pipeline) {
         Some(policy) => match policy.payload_retention {
