@@ -318,6 +318,20 @@ async fn operators_page_through_evidence_as_json_and_reading_creates_nothing() {
             human.ends_with("7 effects\n") && human.contains("created customers=C-0"),
             "{human}"
         );
+        // A relative path is the instances file's neighbour, wherever hookgate runs from; and
+        // `crm` takes its options after the subcommand too, as the README writes them.
+        let relative = crm.write_instances("relative.yaml", serde_json::json!({}));
+        let text = std::fs::read_to_string(&relative).unwrap();
+        let name = std::path::Path::new(&crm.mock_path()).file_name().unwrap().to_owned();
+        std::fs::write(&relative, text.replace(&crm.mock_path(), name.to_str().unwrap())).unwrap();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["crm", "records", "--connector", "crm", "--json", "--instances"])
+            .arg(&relative)
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert_eq!(lines(&String::from_utf8_lossy(&output.stdout)).len(), 7, "{backend}");
         // Inspecting a mock whose path is mistyped creates nothing.
         let typo = crm.write_instances("typo.yaml", serde_json::json!({}));
         let text = std::fs::read_to_string(&typo).unwrap();

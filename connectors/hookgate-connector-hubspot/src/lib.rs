@@ -595,6 +595,7 @@ impl hookgate_connector::Kind for HubSpot {
             // HubSpot's published window for a private app (its higher tiers allow more: an
             // instance says so in `limits`).
             limits: CallLimits { rate: Some(RateLimit { calls: 100, per: Duration::from_secs(10) }) },
+            file_settings: Vec::new(),
         }
     }
 

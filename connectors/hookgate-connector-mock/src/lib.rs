@@ -871,6 +871,7 @@ impl hookgate_connector::Kind for MockCrm {
             credentials: Vec::new(),
             rules: Vec::new(),
             limits: Default::default(),
+            file_settings: vec!["path".into()],
         }
     }
 

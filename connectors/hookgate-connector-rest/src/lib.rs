@@ -1220,6 +1220,7 @@ impl hookgate_connector::Kind for Rest {
             credentials: Vec::new(),
             rules: Vec::new(),
             limits: Default::default(),
+            file_settings: Vec::new(),
         }
     }
 

@@ -868,6 +868,7 @@ impl hookgate_connector::Kind for Salesforce {
                 },
             ],
             limits: Default::default(),
+            file_settings: Vec::new(),
         }
     }
 

@@ -189,6 +189,11 @@ pub struct KindDescription {
     /// instance that declares none of its own.
     #[serde(default)]
     pub limits: CallLimits,
+    /// The settings that name a file (the mock CRM's `path`): written relative, they are
+    /// taken from the directory of the instances file that holds them, not from wherever
+    /// the gateway was started.
+    #[serde(default)]
+    pub file_settings: Vec<String>,
 }
 
 /// The calls a CRM allows one client (an app, a token): the budget the engine plans every

@@ -264,7 +264,7 @@ impl Registry {
             // Located like a `check` diagnostic: a failing create is an error of this instance.
             let at = instances.kind_span(name).start;
             let connector =
-                self.build_one(instance, resolver, limits).await.with_context(|| {
+                self.build_one(instances, instance, resolver, limits).await.with_context(|| {
                     format!(
                         "{}:{}:{}: connector instance `{name}`",
                         instances.file, at.line, at.column
@@ -277,6 +277,7 @@ impl Registry {
 
     async fn build_one(
         &self,
+        instances: &Instances,
         instance: &hookgate_pipeline::model::ConnectorInstance,
         resolver: &Resolver,
         limits: Limits,
@@ -298,6 +299,7 @@ impl Registry {
             String::from_utf8(value.expose().to_vec())
                 .with_context(|| format!("settings: {reference} is not UTF-8"))
         })?;
+        let settings = anchored(settings, &entry.description.file_settings, instances);
         Ok(match &entry.origin {
             Origin::InTree { create, .. } => create(&settings, &credentials).await?,
             Origin::Plugin(plugin) => {
@@ -380,6 +382,20 @@ fn plugin_libraries(directory: &Path) -> Result<Vec<PathBuf>, String> {
     }
     libraries.sort();
     Ok(libraries)
+}
+
+/// Settings with each of `file_settings` that is a relative path taken from the directory of
+/// the instances file, so that a gateway started elsewhere opens the same file.
+fn anchored(mut settings: Settings, file_settings: &[String], instances: &Instances) -> Settings {
+    let Some(dir) = Path::new(&instances.file).parent() else { return settings };
+    for name in file_settings {
+        if let Some(serde_json::Value::String(path)) = settings.get_mut(name)
+            && Path::new(path.as_str()).is_relative()
+        {
+            *path = dir.join(path.as_str()).display().to_string();
+        }
+    }
+    settings
 }
 
 /// Settings with each reference replaced by its value, or by an empty string where it cannot
@@ -496,6 +512,7 @@ pub async fn mock(instances: &Instances, name: &str) -> Result<MockCrm> {
         bail!("connector instance `{name}` is a `{}`, not a mock CRM", instance.kind);
     }
     let Ok(settings) = resolved_settings(&instance.settings, &Resolver::default());
+    let settings = anchored(settings, &describe_kind::<MockCrm>().file_settings, instances);
     // Inspecting never creates the mock's database: a mistyped path is an error.
     if let Some(path) = settings.get("path").and_then(|p| p.as_str())
         && !Path::new(path).is_file()

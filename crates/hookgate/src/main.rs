@@ -130,10 +130,10 @@ enum Command {
     /// Inspect a mock CRM: its records and its effect log.
     Crm {
         /// The connector-instances file.
-        #[arg(long, env = "HOOKGATE_INSTANCES", default_value = "hookgate.yaml")]
+        #[arg(long, env = "HOOKGATE_INSTANCES", default_value = "hookgate.yaml", global = true)]
         instances: PathBuf,
         /// The mock connector instance.
-        #[arg(long, default_value = "crm")]
+        #[arg(long, default_value = "crm", global = true)]
         connector: String,
         #[command(subcommand)]
         command: CrmCommand,

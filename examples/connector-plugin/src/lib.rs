@@ -262,6 +262,7 @@ impl sdk::Kind for JsonFile {
                 hint: "`id` is the record id jsonfile assigns; use a field of your own".into(),
             }],
             limits: Default::default(),
+            file_settings: Vec::new(),
         }
     }
 
