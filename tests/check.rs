@@ -415,8 +415,9 @@ fn a_missing_instances_file_is_an_error_that_says_how_to_fix_it() {
 }
 
 /// Unset secrets are warnings for `check`, grouped into one line so that they cannot bury the
-/// errors; secrets a pipeline's fixtures supply are not reported (its fixtures are what `check`
-/// runs), and `--allow-unset-secrets` silences the rest.
+/// errors, and `--allow-unset-secrets` silences them. Those a pipeline's fixtures supply are
+/// reported too, marked: the fixtures run with test values, `serve` needs the real ones. What
+/// `check` warns of is exactly what `serve` refuses.
 #[test]
 fn unset_secrets_are_one_warning_for_check() {
     let project = project_copy();
@@ -427,9 +428,10 @@ fn unset_secrets_are_one_warning_for_check() {
     )
     .unwrap();
     replace_in(&project.path().join("stripe-alone.yaml"), "name: stripe", "name: stripe-alone");
-    let check = |extra: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-            .args(["check", "--message-format", "short", "pipelines", "stripe-alone.yaml"])
+    let run = |command: &[&str], extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(command)
+            .args(["pipelines", "stripe-alone.yaml"])
             .args(extra)
             .current_dir(project.path())
             .env("GITHUB_WEBHOOK_SECRET", "set")
@@ -439,8 +441,15 @@ fn unset_secrets_are_one_warning_for_check() {
             .env_remove("SALESFORCE_CLIENT_SECRET")
             // Set but empty: a mistake in the environment, which fixtures do not excuse.
             .env("SIGNUPS_SECRET", "")
+            .env_remove("CRM_PARTNER_SECRET")
+            .env_remove("SHOPIFY_WEBHOOK_SECRET")
+            .env_remove("STANDARD_WEBHOOKS_SECRET")
+            .env_remove("STRIPE_API_KEY")
             .output()
-            .unwrap();
+            .unwrap()
+    };
+    let check = |extra: &[&str]| {
+        let output = run(&["check", "--message-format", "short"], extra);
         (output.status.success(), report(&output))
     };
     let (success, text) = check(&[]);
@@ -450,17 +459,34 @@ fn unset_secrets_are_one_warning_for_check() {
     assert_eq!(warnings.len(), 1, "one line for every unset secret:\n{text}");
     let warning = warnings[0];
     for expected in [
-        "5 secrets are not set",
+        "10 secrets are not set",
         "environment variable `SALESFORCE_CLIENT_ID` (hookgate.yaml:",
         "environment variable `HUBSPOT_TOKEN` (hookgate.yaml:",
         "environment variable `STRIPE_WEBHOOK_SECRET` (stripe-alone.yaml:11:7)",
         "environment variable `STRIPE_API_KEY` (stripe-alone.yaml:35:21)",
+        // pipelines/stripe.yaml's fixtures supply test values: serve still needs the real ones.
+        "environment variable `STRIPE_WEBHOOK_SECRET` (pipelines/stripe.yaml:11:7, fixtures have a test value)",
+        "environment variable `STRIPE_API_KEY` (pipelines/stripe.yaml:35:21, fixtures have a test value)",
     ] {
         assert!(warning.contains(expected), "{expected:?} in {warning}");
     }
-    // pipelines/stripe.yaml's fixtures supply its secret; a set secret is never reported.
-    assert!(!warning.contains("pipelines/stripe.yaml"), "{warning}");
+    // A set secret is never reported.
     assert!(!text.contains("GITHUB_WEBHOOK_SECRET"), "{text}");
+    // `serve` refuses each secret `check` warned of, and no other.
+    let database = format!("sqlite://{}", project.path().join("never.db").display());
+    let served = run(&["serve", "--database-url", &database], &[]);
+    assert!(!served.status.success(), "serve started without its secrets");
+    let refusal = report(&served);
+    let named = |text: &str| -> std::collections::BTreeSet<String> {
+        text.split("variable `")
+            .skip(1)
+            .filter_map(|rest| rest.split('`').next())
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut warned = named(warning);
+    warned.insert("SIGNUPS_SECRET".into());
+    assert_eq!(named(&refusal), warned, "{refusal}");
     let empty = "pipelines/signups.yaml:19:7: warning[H0801]: environment variable `SIGNUPS_SECRET` is empty";
     assert!(text.contains(empty), "{text}");
     // The shipped instances file keeps payloads in plaintext, which is said once.

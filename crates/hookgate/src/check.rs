@@ -19,8 +19,9 @@ use crate::secrets::{self, SecretError};
 /// What an unresolvable secret reference is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SecretPolicy {
-    /// `check` in CI, where production secrets are absent: one warning naming them all, except
-    /// those a pipeline's fixtures supply (its fixtures are what `check` runs).
+    /// `check` in CI, where production secrets are absent: one warning naming them all, those
+    /// a pipeline's fixtures supply too (the fixtures run with their own test values; `serve`
+    /// needs the real one), marked as such.
     Warn,
     /// `check --allow-unset-secrets`: not reported.
     Allow,
@@ -148,8 +149,9 @@ pub fn load(options: &Options) -> Project {
             instances.payload_keys.iter().map(|(_, r, p)| (instances.file.as_str(), r, *p)),
         );
     }
-    // Names a pipeline's fixtures supply: `check` runs those fixtures with them, so their
-    // absence from the environment is not worth a warning (a set but unusable value still is).
+    // Names a pipeline's fixtures supply: `check` runs those fixtures with their test values,
+    // and `serve` still needs the real ones. They are reported, marked, so that `check` warns of
+    // everything `serve` would refuse.
     let mut supplied: HashSet<(String, String)> = HashSet::new();
     for loaded in &pipelines {
         references.extend(
@@ -167,19 +169,13 @@ pub fn load(options: &Options) -> Project {
             }
         }
     }
-    let unresolved: Vec<(&str, Pos, SecretError)> = references
+    let unresolved: Vec<Unresolved> = references
         .into_iter()
         .filter_map(|(file, reference, pos)| {
             let (SecretRef::Env(name) | SecretRef::File(name)) = reference;
-            match options.resolver.resolve(reference) {
-                Err(SecretError::Unset(_) | SecretError::Missing(_))
-                    if supplied.contains(&(file.to_owned(), name.clone())) =>
-                {
-                    None
-                }
-                Err(error) => Some((file, pos, error)),
-                Ok(_) => None,
-            }
+            let error = options.resolver.resolve(reference).err()?;
+            let in_fixtures = supplied.contains(&(file.to_owned(), name.clone()));
+            Some(Unresolved { file, pos, error, in_fixtures })
         })
         .collect();
     diagnostics.extend(secret_diagnostics(&unresolved, options.secrets));
@@ -228,67 +224,85 @@ pub fn load(options: &Options) -> Project {
     Project { instances, registry, pipelines, diagnostics }
 }
 
+/// A secret reference that does not resolve here.
+struct Unresolved<'a> {
+    file: &'a str,
+    pos: Pos,
+    error: SecretError,
+    /// The pipeline's fixtures have a test value of it (what `check` runs them with).
+    in_fixtures: bool,
+}
+
 /// Unresolvable secrets: each an error when serving. For `check`, CI rarely has production
 /// secrets, so the unset ones are one warning that names them all (a warning per reference
 /// would bury the errors); one that is set but empty or unreadable is a mistake in the
 /// environment, a warning of its own whatever the policy.
-fn secret_diagnostics(
-    unresolved: &[(&str, Pos, SecretError)],
-    policy: SecretPolicy,
-) -> Vec<Diagnostic> {
+fn secret_diagnostics(unresolved: &[Unresolved], policy: SecretPolicy) -> Vec<Diagnostic> {
     let span_at = |pos: Pos| Span { start: pos, end: pos };
     if policy == SecretPolicy::Require {
         return unresolved
             .iter()
-            .map(|(file, pos, error)| {
-                Diagnostic::error(Code::UnsetSecret, file, span_at(*pos), error.to_string())
+            .map(|u| {
+                Diagnostic::error(Code::UnsetSecret, u.file, span_at(u.pos), u.error.to_string())
                     .with_hint(
                         "set it before starting; secrets are never written in configuration files",
                     )
             })
             .collect();
     }
-    let (unset, wrong): (Vec<_>, Vec<_>) = unresolved.iter().partition(|(_, _, error)| {
-        matches!(error, SecretError::Unset(_) | SecretError::Missing(_))
-    });
+    let (unset, wrong): (Vec<_>, Vec<_>) = unresolved
+        .iter()
+        .partition(|u| matches!(u.error, SecretError::Unset(_) | SecretError::Missing(_)));
     let mut out: Vec<Diagnostic> = wrong
         .iter()
-        .map(|(file, pos, error)| {
-            Diagnostic::warning(Code::UnsetSecret, file, span_at(*pos), error.to_string())
+        .map(|u| {
+            Diagnostic::warning(Code::UnsetSecret, u.file, span_at(u.pos), u.error.to_string())
                 .with_hint("`hookgate serve` refuses to start until it can be read")
         })
         .collect();
     if policy == SecretPolicy::Allow {
         return out;
     }
-    if let Some((first_file, first_pos, _)) = unset.first() {
+    let fixtures_note = |u: &Unresolved| {
+        if u.in_fixtures { "; its fixtures run with a test value of their own" } else { "" }
+    };
+    if let Some(first) = unset.first() {
         let message = match unset.as_slice() {
-            [(_, _, error)] => error.to_string(),
+            [only] => format!("{}{}", only.error, fixtures_note(only)),
             _ => {
                 let list: Vec<String> = unset
                     .iter()
-                    .map(|(file, pos, error)| {
-                        let missing = if matches!(error, SecretError::Missing(_)) {
+                    .map(|u| {
+                        let missing = if matches!(u.error, SecretError::Missing(_)) {
                             ", no such file"
                         } else {
                             ""
                         };
-                        format!("{}{missing} ({file}:{}:{})", error.subject(), pos.line, pos.column)
+                        let pos = u.pos;
+                        let fixtures =
+                            if u.in_fixtures { ", fixtures have a test value" } else { "" };
+                        format!(
+                            "{}{missing} ({}:{}:{}{fixtures})",
+                            u.error.subject(),
+                            u.file,
+                            pos.line,
+                            pos.column
+                        )
                     })
                     .collect();
                 format!("{} secrets are not set: {}", unset.len(), list.join(", "))
             }
         };
         out.push(
-            Diagnostic::warning(Code::UnsetSecret, first_file, span_at(*first_pos), message)
+            Diagnostic::warning(Code::UnsetSecret, first.file, span_at(first.pos), message)
                 .with_hint("`hookgate serve` refuses to start until they are set; `--allow-unset-secrets` silences this"),
         );
     }
     out
 }
 
-/// The secret names a pipeline's fixtures supply: `check` runs those fixtures with them, so the
-/// environment need not have them. Fixtures that do not load are reported when they are run.
+/// The secret names a pipeline's fixtures supply: `check` runs those fixtures with them.
+/// Fixtures that do not load are reported when they are run.
 fn fixture_secret_names(pipeline: &Path) -> HashSet<String> {
     let Ok(entries) = std::fs::read_dir(fixture_dir(pipeline)) else { return HashSet::new() };
     let mut names = HashSet::new();
