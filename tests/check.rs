@@ -1147,3 +1147,35 @@ fn plugin_directories_that_cannot_be_trusted_are_located_errors() {
         assert!(text.contains(expected), "expected {expected:?} in\n{text}");
     }
 }
+
+/// The README's `export` lines before `serve` name every secret the shipped configuration
+/// reads: with none of them set, `check` lists each (what `serve` would refuse), and each is
+/// exported there, so that following the README starts `serve`.
+#[test]
+fn the_readme_exports_every_secret_the_shipped_configuration_reads() {
+    let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check", "--message-format", "short"])
+        .current_dir(root())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    let text = report(&output);
+    let warning = text.lines().find(|l| l.contains("secrets are not set")).unwrap_or_else(|| {
+        panic!("no unset secrets in an empty environment:\n{text}");
+    });
+    let needed: std::collections::BTreeSet<&str> =
+        warning.split("variable `").skip(1).filter_map(|rest| rest.split('`').next()).collect();
+    assert!(needed.len() >= 5, "{warning}");
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let serving = readme.split("\n## Serving\n").nth(1).unwrap();
+    let exported: std::collections::BTreeSet<&str> = serving
+        .lines()
+        .take_while(|line| !line.starts_with("cargo run"))
+        .filter_map(|line| line.strip_prefix("export "))
+        .flat_map(str::split_whitespace)
+        .filter_map(|assignment| assignment.split_once('=').map(|(name, _)| name))
+        .collect();
+    let missing: Vec<&&str> = needed.difference(&exported).collect();
+    assert!(missing.is_empty(), "the README's Serving section does not export {missing:?}");
+}
