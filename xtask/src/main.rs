@@ -11,6 +11,7 @@ mod bench;
 mod chaos;
 mod fuzz;
 mod scaffold;
+mod setup;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask")]
@@ -30,6 +31,10 @@ enum Command {
     },
     /// Regenerate the JSON Schemas in schemas/.
     Codegen,
+    /// Install and start what the tests need besides Rust, on Debian or Ubuntu: PostgreSQL
+    /// (trusting local TCP logins), Python's jsonschema and PyYAML, Chromium and ChromeDriver.
+    /// Does nothing for a part already there.
+    Setup,
     /// Scaffold a connector that builds and passes the conformance suite as generated: an
     /// in-tree crate under connectors/ registered in the binary, or (`--plugin`) an
     /// out-of-tree plugin crate built as a cdylib.
@@ -135,6 +140,10 @@ fn main() -> Result<ExitCode> {
     let root = workspace_root();
     std::env::set_current_dir(&root).with_context(|| format!("cannot enter {}", root.display()))?;
     match cli.command {
+        Command::Setup => {
+            setup::setup()?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { mut paths, instances } => {
             if paths.is_empty() {
                 paths.push(PathBuf::from("pipelines"));
