@@ -486,18 +486,23 @@ fn port_variants(url: &str) -> Vec<String> {
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
-    // A bracketed IPv6 host keeps its colons; only a `:port` after it is a port.
-    let host_end = if authority.starts_with('[') {
-        authority.find(']').map(|i| i + 1).unwrap_or(authority.len())
-    } else {
-        authority.find(':').unwrap_or(authority.len())
+    // `user:password@` is kept as it is: its colon is no port's (Twilio signs such URLs too).
+    let (userinfo, host_port) = match authority.rfind('@') {
+        Some(at) => authority.split_at(at + 1),
+        None => ("", authority),
     };
-    let (host, port) = authority.split_at(host_end);
+    // A bracketed IPv6 host keeps its colons; only a `:port` after it is a port.
+    let host_end = if host_port.starts_with('[') {
+        host_port.find(']').map(|i| i + 1).unwrap_or(host_port.len())
+    } else {
+        host_port.find(':').unwrap_or(host_port.len())
+    };
+    let (host, port) = host_port.split_at(host_end);
     let mut variants = Vec::new();
     if port.is_empty() {
-        variants.push(format!("{scheme}://{host}:{default_port}{tail}"));
+        variants.push(format!("{scheme}://{userinfo}{host}:{default_port}{tail}"));
     } else {
-        variants.push(format!("{scheme}://{host}{tail}"));
+        variants.push(format!("{scheme}://{userinfo}{host}{tail}"));
     }
     variants
 }
@@ -919,6 +924,16 @@ mod port_tests {
         assert_eq!(port_variants("https://a.example:8443/x"), ["https://a.example/x"]);
         assert_eq!(port_variants("https://[::1]:8443/x"), ["https://[::1]/x"]);
         assert_eq!(port_variants("https://[::1]/x"), ["https://[::1]:443/x"]);
+        // Credentials in the URL (as Twilio's own tests have them) stay; only the port moves.
+        assert_eq!(
+            port_variants("https://user:pass@mycompany.com:443/x"),
+            ["https://user:pass@mycompany.com/x"]
+        );
+        assert_eq!(
+            port_variants("https://user:pass@mycompany.com/x"),
+            ["https://user:pass@mycompany.com:443/x"]
+        );
+        assert_eq!(port_variants("https://user@[::1]/x"), ["https://user@[::1]:443/x"]);
         assert!(port_variants("ftp://a.example/x").is_empty());
         assert!(port_variants("not a url").is_empty());
     }
