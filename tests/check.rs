@@ -1179,3 +1179,27 @@ fn the_readme_exports_every_secret_the_shipped_configuration_reads() {
     let missing: Vec<&&str> = needed.difference(&exported).collect();
     assert!(missing.is_empty(), "the README's Serving section does not export {missing:?}");
 }
+
+/// `check` refuses what the connector kind would refuse at `serve`, not only what its schema
+/// does: a `kind: http` lookup without `fields` could not tell whether a write in doubt was
+/// applied, and would write it twice. The error is where the instance is written, and says why.
+#[test]
+fn a_rest_lookup_without_fields_is_refused_by_check() {
+    let project = project_copy();
+    let instances = project.path().join("hookgate.yaml");
+    replace_in(&instances, "        fields: /fields\n", "");
+    let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check", "--message-format", "short", "pipelines/examples/inhouse-orders.yaml"])
+        .current_dir(project.path())
+        .env("INHOUSE_CRM_URL", "https://crm.example.com")
+        .env("INHOUSE_TOKEN_URL", "https://crm.example.com/oauth/token")
+        .output()
+        .unwrap();
+    let text = report(&output);
+    assert!(!output.status.success(), "{text}");
+    let line = text.lines().find(|l| l.contains("settings.lookup.fields")).unwrap_or_else(|| {
+        panic!("no lookup.fields error in:\n{text}");
+    });
+    assert!(line.starts_with("hookgate.yaml:31:"), "{line}");
+    assert!(line.contains("error[") && line.contains("it would be written again"), "{line}");
+}

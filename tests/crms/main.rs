@@ -621,3 +621,56 @@ async fn processes_sharing_a_budget_never_exceed_the_crm_window() {
         database.cleanup().await;
     }
 }
+
+/// An update-only target through a connector instance that cannot write without creating (a
+/// `kind: http` whose templates do not honour `operation`) is refused when `serve` builds it:
+/// its writes could create the records the target says must exist. Nothing is listened on.
+#[test]
+fn serve_refuses_update_only_targets_on_a_connector_that_would_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let instances = dir.path().join("hookgate.yaml");
+    let shipped = std::fs::read_to_string(root().join("hookgate.yaml")).unwrap();
+    assert!(shipped.contains("        update_only: true\n"));
+    std::fs::write(
+        &instances,
+        shipped.replace("        update_only: true\n", "        update_only: false\n"),
+    )
+    .unwrap();
+    let pipeline = dir.path().join("inhouse-orders.yaml");
+    let example =
+        std::fs::read_to_string(root().join("pipelines/examples/inhouse-orders.yaml")).unwrap();
+    let edited = example
+        .replace("    object: customers\n", "    object: customers\n    operation: update_only\n");
+    assert_ne!(edited, example);
+    std::fs::write(&pipeline, edited).unwrap();
+    let database = format!("sqlite://{}", dir.path().join("hookgate.db").display());
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--database-url", &database, "--instances"])
+        .arg(&instances)
+        .arg(&pipeline)
+        .env("INHOUSE_CRM_URL", "https://crm.example.com")
+        .env("INHOUSE_TOKEN_URL", "https://crm.example.com/oauth/token")
+        .env("INHOUSE_CLIENT_ID", "id")
+        .env("INHOUSE_CLIENT_SECRET", "secret")
+        .env("INHOUSE_ORDERS_SECRET", "s")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A serve that took the configuration would run on: it is stopped and the test fails.
+    let mut child = child;
+    let exited = (0..300).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        child.try_wait().unwrap()
+    });
+    if exited.is_none() {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(exited.is_some_and(|status| !status.success()), "serve started: {stderr}");
+    assert!(
+        stderr.contains("target `customer` is `operation: update_only`, and connector instance `inhouse` (http) does not declare"),
+        "{stderr}"
+    );
+}

@@ -243,6 +243,16 @@ impl Rest {
         let headers = fixed_headers(&settings, credentials, &owned, &mut problems);
         let templates = compile_templates(&settings, &mut problems);
         check_statuses(&settings, &mut problems);
+        if settings.lookup.fields.is_none() {
+            // Found alone does not say the write in doubt was applied: the record may predate
+            // it. Every such write would be sent again, a second effect.
+            problems.add(
+                "lookup.fields",
+                "is required: a write whose answer was lost is looked up, and only the record's \
+                 fields tell whether it was applied; without them it would be written again \
+                 (`fields: /fields`, a JSON pointer to the object of fields in the answer)",
+            );
+        }
         for (setting, pointer) in [
             ("upsert.record_id", Some(&settings.upsert.record_id)),
             ("lookup.record_id", Some(&settings.lookup.record_id)),
@@ -1210,6 +1220,16 @@ fn misconfigured_with(message: String, answer: Answer) -> ConnectorError {
 
 impl hookgate_connector::Kind for Rest {
     type Settings = RestSettings;
+
+    /// Everything [`Rest::new`] checks but the credentials' values: each credential the
+    /// settings name stands in as a placeholder.
+    fn validate(settings: &BTreeMap<String, serde_json::Value>) -> Result<(), ConfigError> {
+        let mut placeholders = Credentials::new();
+        for name in required_credentials(settings) {
+            placeholders.insert(name, Secret::new("placeholder".to_owned()));
+        }
+        Rest::from_config(settings, &placeholders).map(drop)
+    }
 
     fn about() -> hookgate_connector::KindDescription {
         hookgate_connector::KindDescription {

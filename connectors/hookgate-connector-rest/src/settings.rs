@@ -209,8 +209,9 @@ pub struct LookupSettings {
     /// A JSON pointer to the record id in a found answer, e.g. `/id`.
     pub record_id: String,
     /// A JSON pointer to the object that holds the record's fields, e.g. `/fields` or
-    /// `/properties`; values that are not strings are written as JSON, null as empty. Without
-    /// it, a lookup returns no fields.
+    /// `/properties`; values that are not strings are written as JSON, null as empty.
+    /// Required: a write in doubt is settled by comparing these with what it wrote. (Optional
+    /// in the schema so that its absence gets that reason, not a bare "missing field".)
     #[serde(default)]
     pub fields: Option<String>,
 }

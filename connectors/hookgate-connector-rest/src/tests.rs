@@ -511,6 +511,7 @@ fn settings_at(base_url: &str) -> Value {
         "lookup": {
             "url": "/objects/{{ object }}/by/{{ external_id_field }}/{{ external_id_value }}",
             "record_id": "/id",
+            "fields": "/fields",
         },
     })
 }
@@ -557,6 +558,10 @@ fn bad_settings_are_refused_naming_the_setting() {
     );
     check_refused(|s| s["upsert"]["updated"] = json!([302]), &["settings.upsert.updated: 302"]);
     check_refused(|s| s["lookup"]["record_id"] = json!("id"), &["settings.lookup.record_id:"]);
+    check_refused(
+        |s| s["lookup"].as_object_mut().unwrap().remove("fields").map(drop).unwrap(),
+        &["settings.lookup.fields: is required", "it would be written again"],
+    );
     check_refused(
         |s| s["lookup"]["body"] = json!("{}"),
         &["settings.lookup.body: a body needs `method: POST`"],

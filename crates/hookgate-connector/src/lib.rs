@@ -240,6 +240,13 @@ pub trait Kind: Connector + Sized + 'static {
         Self::about().credentials
     }
 
+    /// What is wrong with these settings, found without building anything (no file, no
+    /// network): `check` reports it where the instance is written, as `serve` would refuse it.
+    /// Credentials are not known here. By default the schema says all.
+    fn validate(_settings: &BTreeMap<String, serde_json::Value>) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
     /// Builds an instance. Errors name the setting or credential at fault.
     fn create(
         settings: &BTreeMap<String, serde_json::Value>,

@@ -203,6 +203,9 @@ struct Wiring {
     /// By connector instance name: where writes queue for calls. A replaced queue's tasks end
     /// when the last item holding it finishes.
     upserts: HashMap<String, UpsertBatcher>,
+    /// The connector instances that say they can write without creating (their
+    /// `capabilities.update_only`), read once: an update-only write goes to no other.
+    update_only: std::collections::HashSet<String>,
     sources: Sources,
 }
 
@@ -244,7 +247,12 @@ impl Wiring {
                 (name.clone(), batcher)
             })
             .collect();
-        Wiring { connectors, limits, budgets, upserts, sources }
+        let update_only = connectors
+            .iter()
+            .filter(|(_, connector)| connector.describe().capabilities.update_only)
+            .map(|(name, _)| name.clone())
+            .collect();
+        Wiring { connectors, limits, budgets, upserts, update_only, sources }
     }
 }
 
@@ -505,6 +513,18 @@ impl Worker {
             },
             idempotency_key: format!("hookgate-{}-{}", item.event_id, item.target),
         };
+        if request.operation == Operation::UpdateOnly
+            && !wiring.update_only.contains(&upsert.connector)
+        {
+            // A connector that cannot honour it would create the record the target says must
+            // already exist.
+            let reason = format!(
+                "the target is update-only, and connector instance `{}` does not declare that it can \
+                 write without creating (capabilities.update_only): sent, the write could create a record",
+                upsert.connector
+            );
+            return self.dead_before_any_call(attempt, reason).await;
+        }
         let policy = &pipeline.compiled.delivery;
         let calls = wiring.budgets.get(&upsert.connector);
 

@@ -46,6 +46,7 @@ type CreateFn =
 enum Origin {
     InTree {
         check: fn(&Instances, &str) -> Vec<Diagnostic>,
+        validate: fn(&Settings) -> Result<(), ConfigError>,
         credentials: fn(&BTreeMap<String, serde_json::Value>) -> Vec<String>,
         create: CreateFn,
     },
@@ -89,6 +90,7 @@ impl Registry {
         let description = describe_kind::<K>();
         let code = Origin::InTree {
             check: check_typed::<K>,
+            validate: K::validate,
             credentials: K::required_credentials,
             create: create_typed::<K>,
         };
@@ -191,8 +193,22 @@ impl Registry {
                 continue;
             };
             let required = match &entry.origin {
-                Origin::InTree { check, credentials, .. } => {
-                    diagnostics.extend(check(instances, name));
+                Origin::InTree { check, validate, credentials, .. } => {
+                    let found = check(instances, name);
+                    // Settings the schema accepts, every reference in them set: the kind
+                    // says what else `serve` would refuse in them.
+                    if found.is_empty()
+                        && let Ok(settings) = strictly_resolved(&instance.settings, resolver)
+                        && let Err(error) = validate(&settings)
+                    {
+                        diagnostics.push(Diagnostic::error(
+                            Code::ConnectorSettings,
+                            &instances.file,
+                            instances.kind_span(name),
+                            format!("connector `{name}`: {error}"),
+                        ));
+                    }
+                    diagnostics.extend(found);
                     credentials(&instance.settings)
                 }
                 Origin::Plugin(plugin) => {

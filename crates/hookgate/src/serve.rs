@@ -122,6 +122,8 @@ impl Running {
                 .build(&loaded.instances, &self.options.resolver, config.call_timeout)
                 .await
                 .map_err(refused)?;
+            update_only_honoured(loaded.served.iter().map(|p| &p.compiled), &connectors)
+                .map_err(refused)?;
             let sources = sources(loaded.served.iter(), &loaded.instances, &self.options.resolver)
                 .map_err(refused)?;
             let limits = loaded.registry.limits(&loaded.instances);
@@ -243,6 +245,8 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
     let mut worker_handle = None;
     if let Some(config) = options.workers.clone() {
         let connectors = registry.build(&instances, &options.resolver, config.call_timeout).await?;
+        let served = gateway.pipelines();
+        update_only_honoured(served.iter().map(|p| &p.compiled), &connectors)?;
         let sources = sources(gateway.pipelines(), &instances, &options.resolver)?;
         let limits = registry.limits(&instances);
         let worker = Worker::new(gateway.clone(), connectors, limits, config).with_sources(sources);
@@ -588,6 +592,33 @@ fn load_configuration(options: &ServeOptions) -> Result<Loaded, ConfigurationRef
         served.push(ServedPipeline::with_keys(compiled, verifier, fetcher));
     }
     Ok(Loaded { served, instances, registry })
+}
+
+/// Refuses a target that is update-only whose connector instance does not say it can write
+/// without creating (`capabilities.update_only`): its writes could create the records the
+/// target says must already exist. (The workers dead-letter such a write too, unsent.)
+fn update_only_honoured<'a>(
+    pipelines: impl Iterator<Item = &'a hookgate_pipeline::CompiledPipeline>,
+    connectors: &hookgate_engine::Connectors,
+) -> Result<()> {
+    for pipeline in pipelines {
+        for target in &pipeline.targets {
+            let Some(connector) = connectors.get(&target.connector) else { continue };
+            if target.operation == hookgate_pipeline::model::Operation::UpdateOnly
+                && !connector.describe().capabilities.update_only
+            {
+                anyhow::bail!(
+                    "{}: target `{}` is `operation: update_only`, and connector instance `{}` ({}) does not declare \
+                     that it can write without creating (capabilities.update_only): its writes could create records",
+                    pipeline.file,
+                    target.name,
+                    target.connector,
+                    connector.describe().kind
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Why a configuration was not taken: a summary and each diagnostic, rendered.
