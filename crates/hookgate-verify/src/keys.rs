@@ -35,6 +35,10 @@ pub(crate) fn decode(format: KeyFormat, raw: &SecretBytes) -> Result<Key, KeyErr
         KeyFormat::Raw => Ok(Key::Secret(raw.clone())),
         KeyFormat::Whsec => {
             let text = std::str::from_utf8(bytes).map_err(|_| KeyError::NotBase64 { index: 0 })?;
+            // Supabase's dashboard shows the secret as `v1,whsec_…`, the signature's version
+            // before it: pasted as shown, it is the same key.
+            let text =
+                text.strip_prefix("v1,").filter(|rest| rest.starts_with("whsec_")).unwrap_or(text);
             let body = text.strip_prefix("whsec_").unwrap_or(text).trim_end_matches('=');
             if body.is_empty() {
                 return Err(KeyError::Empty { index: 0 });

@@ -271,8 +271,14 @@ fn standard_webhooks_negative_cases() {
     );
     let tampered = Case { body: br#"{"test": 2432232315}"#, ..standard_case(SW_SIG, t) };
     rejects(&v, &tampered, "signature_mismatch");
-    // An empty secret or a bare prefix is a configuration error.
-    for bad in ["", "whsec_", "whsec_!!!"] {
+    // The secret as Supabase's dashboard shows it, `v1,` before it, is the same key.
+    let pasted = format!("v1,{SW_SECRET}");
+    accepts(&verifier(Preset::StandardWebhooks.scheme(), &[&pasted]), &standard_case(SW_SIG, t));
+    // An empty secret or a bare prefix is a configuration error; so is a `v1,` before
+    // anything but `whsec_`.
+    for bad in
+        ["", "whsec_", "whsec_!!!", "v1,", "v1,whsec_", "v1,MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw!"]
+    {
         assert!(
             Verifier::new(Preset::StandardWebhooks.scheme(), &[SecretBytes::new(bad)], None)
                 .is_err(),
