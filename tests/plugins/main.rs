@@ -252,6 +252,22 @@ fn check_reports_a_plugin_that_refuses_an_instance_where_it_is_written() {
         ),
         "{report}"
     );
+    // A misspelt setting is one error, where it is written, saying what was meant.
+    let text = std::fs::read_to_string(&instances).unwrap();
+    std::fs::write(&instances, text.replace("{ path: ", "{ pth: ")).unwrap();
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check", "--message-format", "short", "--instances"])
+        .arg(&instances)
+        .arg(root().join("tests/delivery/orders.yaml"))
+        .env("ORDERS_SECRET", "x")
+        .env("JSONFILE_TOKEN", "t0ken")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&check.stderr);
+    let errors: Vec<&str> = report.lines().filter(|l| l.contains("error[")).collect();
+    assert_eq!(errors.len(), 1, "{report}");
+    assert!(errors[0].contains("hookgate.yaml:6:22: error[H0603]"), "{report}");
+    assert!(errors[0].contains("'pth' was unexpected): did you mean `path`?"), "{report}");
 }
 
 /// A library that is not a hookgate plugin is named as such.
@@ -260,6 +276,31 @@ fn a_library_without_the_entry_symbol_is_refused() {
     // The C library: loaded already, it exports everything but hookgate's entry point.
     let error = Plugin::load(Path::new("libc.so.6")).unwrap_err().to_string();
     assert!(error.contains("no `hookgate_connector_plugin` symbol"), "{error}");
+}
+
+/// A symbolic link whose target is gone says so, not "No such file or directory" of a file
+/// that is plainly listed.
+#[test]
+fn a_dangling_symlink_is_named_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("libgone.so");
+    std::os::unix::fs::symlink(dir.path().join("build/libgone.so"), &link).unwrap();
+    let error = Plugin::load(&link).unwrap_err().to_string();
+    assert!(error.contains("a symbolic link to "), "{error}");
+    assert!(error.ends_with("build/libgone.so, which does not exist"), "{error}");
+    // `check` of a plugin directory holding it, located.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let instances = dir.path().join("hookgate.yaml");
+    std::fs::write(&instances, "plugins:\n  directories: [.]\nconnectors: []\n").unwrap();
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["check", "--message-format", "short", "--allow-unset-secrets", "--instances"])
+        .arg(&instances)
+        .arg(root().join("tests/delivery/orders.yaml"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&check.stderr);
+    assert!(report.contains("error[H0605]"), "{report}");
+    assert!(report.contains("libgone.so is a symbolic link to "), "{report}");
 }
 
 /// A plugin that blocks past its timeout: the write is ambiguous (it may still land), the
@@ -374,13 +415,24 @@ async fn hookgate_serve_delivers_through_a_plugin_and_survives_its_panics() {
     );
 
     let database = Database::sqlite().await;
+    let log = dir.path().join("server.log");
     let server = ServerBuilder::new(database.url())
         .pipelines(root().join("tests/delivery/orders.yaml"))
         .instances(instances.clone())
         .workers(2)
         .env("JSONFILE_TOKEN", "t0ken")
         .env("JSONFILE_CRM", crm.to_str().unwrap())
+        // A panic's backtrace is many lines of text: none of it may reach a JSON log.
+        .env("RUST_BACKTRACE", "1")
+        .arg("--log-format")
+        .arg("json")
+        .log(log.clone())
         .start();
+    // An upgrade by `cp` over the installed library, in place, while it is loaded: the
+    // gateway runs a private copy, so it is not touched.
+    let installed =
+        std::fs::read_dir(dir.path().join("plugins")).unwrap().next().unwrap().unwrap().path();
+    std::fs::write(&installed, b"not a library any more").unwrap();
     let client = client();
     for (id, customer) in [("o-1", "ada"), ("o-2", "boom"), ("o-3", "grace")] {
         let response = order(id, customer, 1, "paid").send(&client, &server).await;
@@ -425,6 +477,15 @@ async fn hookgate_serve_delivers_through_a_plugin_and_survives_its_panics() {
         eventually(Duration::from_secs(30), || async { effects(&crm).len() == 3 }).await,
         "{:#?}",
         effects(&crm)
+    );
+    // Every line of the log is JSON, the plugin's panics included, which say where they were.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    for line in logged.lines().filter(|line| !line.trim().is_empty()) {
+        assert!(serde_json::from_str::<Value>(line).is_ok(), "not JSON: {line}");
+    }
+    assert!(
+        logged.contains("told to panic on `boom` (at src/lib.rs:"),
+        "a panic is logged with its place: {logged}"
     );
     drop(server);
     database.cleanup().await;

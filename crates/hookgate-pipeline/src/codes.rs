@@ -220,7 +220,23 @@ configuration has, with where each comes from.";
 "Plugins load only from the directories `plugins.directories` names (relative to
 `hookgate.yaml`). A library is refused when it resolves outside them, others may write to it,
 it is not a hookgate plugin (no `hookgate_connector_plugin` symbol), it was built for another
-connector ABI, its description is not valid, or its kind is already taken.";
+connector ABI, its description is not valid, or its kind is already taken.
+
+    # hookgate.yaml
+    plugins:
+      directories: [plugins]     # plugins/libhookgate_plugin_pipedrive.so
+    connectors:
+      - name: crm
+        kind: pipedrive          # the kind the library describes
+
+    hookgate.yaml:2:17: error[H0605]: plugins/libhookgate_plugin_pipedrive.so is writable by
+      its group or others (mode 775)
+
+Fix what the message names: `chmod go-w` the directory and the library; build the plugin as a
+`cdylib` with `hookgate_plugin::export_connector!(Kind);` against the hookgate-plugin crate of
+this hookgate (the message says which ABI each speaks); replace a dangling symbolic link; or
+rename one of two plugins that describe the same kind. `hookgate connectors` lists the kinds
+that did load, with the library each came from.";
 
     OutOfRange = "H0701", "a value outside what it may be",
 "Numbers and durations have bounds that keep the gateway safe and useful: `jitter` is a

@@ -26,6 +26,7 @@ macro_rules! export_connector {
         #[unsafe(no_mangle)]
         pub extern "C" fn hookgate_connector_plugin() -> *const $crate::PluginTable {
             static TABLE: $crate::PluginTable = $crate::export::table::<$kind>();
+            $crate::export::quiet_panics();
             &TABLE
         }
     };
@@ -87,8 +88,28 @@ unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(ptr, len) }
 }
 
-/// The panic's message. The payload is forgotten, not dropped: its `Drop` could panic again,
-/// outside any `catch_unwind`.
+thread_local! {
+    /// Where this thread's last panic happened, for the message of the call that caught it.
+    static PANICKED_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Makes the plugin's panics print nothing. A cdylib has its own copy of std, whose default
+/// hook writes a panic (and, with `RUST_BACKTRACE`, its backtrace) to stderr as text lines,
+/// in the middle of the host's log, which may be JSON. Instead the place is kept, and the call
+/// that caught the panic returns it with its message to the host, which logs it in its own
+/// format. Called by the entry point, so once per library; a plugin's own hook replaces it.
+pub fn quiet_panics() {
+    static QUIET: std::sync::Once = std::sync::Once::new();
+    QUIET.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let at = info.location().map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+            PANICKED_AT.with(|cell| *cell.borrow_mut() = at);
+        }));
+    });
+}
+
+/// The panic's message and, where the hook saw it, its place. The payload is forgotten, not
+/// dropped: its `Drop` could panic again, outside any `catch_unwind`.
 fn panic_message(payload: Box<dyn Any + Send>) -> String {
     let message = if let Some(text) = payload.downcast_ref::<&str>() {
         (*text).to_owned()
@@ -98,7 +119,10 @@ fn panic_message(payload: Box<dyn Any + Send>) -> String {
         "a panic without a message".to_owned()
     };
     std::mem::forget(payload);
-    message
+    match PANICKED_AT.with(|cell| cell.borrow_mut().take()) {
+        Some(at) => format!("{message} (at {at})"),
+        None => message,
+    }
 }
 
 extern "C" fn describe<K: Kind>() -> Buffer {

@@ -33,7 +33,8 @@ pub enum PluginError {
     #[error("{path}: the plugin returned no table")]
     NullTable { path: PathBuf },
     #[error(
-        "{path}: the plugin speaks connector ABI {found}, this hookgate speaks {expected}: rebuild it against hookgate-plugin {expected}"
+        "{path}: the plugin speaks connector ABI {found}, this hookgate speaks ABI {expected}: rebuild it against hookgate-plugin {crate_version} (the crate of this hookgate, which speaks ABI {expected})",
+        crate_version = env!("CARGO_PKG_VERSION")
     )]
     AbiMismatch { path: PathBuf, found: u32, expected: u32 },
     #[error("{path}: the plugin's table has {found} bytes, ABI {ABI_VERSION} needs {expected}")]
@@ -80,6 +81,16 @@ pub struct Plugin {
     description: KindDescription,
 }
 
+/// A copy of the library at `path` in a new file only this process knows, deleted when dropped.
+fn private_copy(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let suffix = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
+    let mut copy =
+        tempfile::Builder::new().prefix("hookgate-plugin-").suffix(&suffix).tempfile()?;
+    std::io::copy(&mut std::fs::File::open(path)?, copy.as_file_mut())?;
+    copy.as_file().sync_all()?;
+    Ok(copy)
+}
+
 /// Bytes of a description or create answer read at most.
 const DESCRIBE_BYTES_MAX: usize = 1 << 20;
 
@@ -90,10 +101,35 @@ impl Plugin {
     /// operator named.
     pub fn load(path: &Path) -> Result<Plugin, PluginError> {
         let path = path.to_path_buf();
+        let open = |message: String| PluginError::Open { path: path.clone(), message };
+        if let Ok(target) = std::fs::read_link(&path)
+            && std::fs::metadata(&path).is_err()
+        {
+            return Err(open(format!(
+                "a symbolic link to {}, which does not exist",
+                target.display()
+            )));
+        }
+        // The library is loaded from a private copy: the file is mapped, not read, so one
+        // copied over the installed library in place (an upgrade by `cp`) would change the
+        // code under the running process and crash it. The copy is unlinked once loaded; the
+        // mapping keeps it alive, and nothing can write to it.
+        // A bare name is not a file but the system loader's search (`libc.so.6`), loaded as is.
+        let bare = path.parent().is_none_or(|dir| dir.as_os_str().is_empty());
+        let copy = if bare {
+            None
+        } else {
+            Some(
+                private_copy(&path)
+                    .map_err(|e| open(format!("cannot make a private copy to load: {e}")))?,
+            )
+        };
+        let load_from = copy.as_ref().map_or(path.as_path(), |copy| copy.path());
         // SAFETY: loading a library runs its initialisers, which is what loading a plugin
         // means; the operator chose the directory it comes from.
-        let library = unsafe { libloading::Library::new(&path) }
-            .map_err(|e| PluginError::Open { path: path.clone(), message: e.to_string() })?;
+        let library =
+            unsafe { libloading::Library::new(load_from) }.map_err(|e| open(e.to_string()))?;
+        drop(copy);
         // Never unloaded (see the module docs): the table and the functions stay valid for
         // the life of the process.
         let library: &'static libloading::Library = Box::leak(Box::new(library));
@@ -578,7 +614,7 @@ mod tests {
         let newer = check_table(path, ABI_VERSION + 1, size + 8).unwrap_err().to_string();
         assert_eq!(
             newer,
-            "plugins/libx.so: the plugin speaks connector ABI 2, this hookgate speaks 1: rebuild it against hookgate-plugin 1"
+            "plugins/libx.so: the plugin speaks connector ABI 2, this hookgate speaks ABI 1: rebuild it against hookgate-plugin 0.1.0 (the crate of this hookgate, which speaks ABI 1)"
         );
         let short = check_table(path, ABI_VERSION, size - 8).unwrap_err().to_string();
         assert!(short.contains("the plugin's table has"), "{short}");

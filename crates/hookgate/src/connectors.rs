@@ -385,6 +385,15 @@ fn plugin_libraries(directory: &Path) -> Result<Vec<PathBuf>, String> {
         if !is_library {
             continue;
         }
+        if let Ok(target) = std::fs::read_link(&found)
+            && std::fs::metadata(&found).is_err()
+        {
+            return Err(format!(
+                "{} is a symbolic link to {}, which does not exist",
+                path.display(),
+                target.display()
+            ));
+        }
         let resolved = found.canonicalize().map_err(|e| format!("{}: {e}", path.display()))?;
         if resolved.parent() != Some(canonical.as_path()) {
             return Err(format!(
@@ -485,17 +494,65 @@ fn check_against_schema(
             )];
         }
     };
+    use jsonschema::error::ValidationErrorKind;
     let settings = serde_json::Value::Object(settings.clone().into_iter().collect());
-    validator
-        .iter_errors(&settings)
+    let errors: Vec<_> = validator.iter_errors(&settings).collect();
+    // A misspelt setting is one mistake, not two (an unknown member and a missing one): the
+    // unknown one says which it was meant to be, and the missing one is not reported again.
+    let missing_at = |path: &str| -> Vec<String> {
+        errors
+            .iter()
+            .filter(|e| e.instance_path().as_str() == path)
+            .filter_map(|e| match e.kind() {
+                ValidationErrorKind::Required { property } => property.as_str().map(str::to_owned),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut meant: Vec<String> = Vec::new();
+    for error in &errors {
+        if let ValidationErrorKind::AdditionalProperties { unexpected } = error.kind() {
+            let path = error.instance_path().as_str();
+            let missing = missing_at(path);
+            for name in unexpected {
+                let candidates = missing.iter().map(String::as_str);
+                if let Some(candidate) =
+                    hookgate_pipeline::diagnostic::did_you_mean(name, candidates)
+                {
+                    meant.push(format!("{path}/{candidate}"));
+                }
+            }
+        }
+    }
+    errors
+        .iter()
+        .filter(|error| match error.kind() {
+            ValidationErrorKind::Required { property } => {
+                let at = format!(
+                    "{}/{}",
+                    error.instance_path().as_str(),
+                    property.as_str().unwrap_or_default()
+                );
+                !meant.contains(&at)
+            }
+            _ => true,
+        })
         .map(|error| {
             let mut pointer = error.instance_path().as_str().to_owned();
+            let mut suggestion = String::new();
             // An unexpected member is best shown where it is written.
-            if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
-                error.kind()
+            if let ValidationErrorKind::AdditionalProperties { unexpected } = error.kind()
                 && let Some(first) = unexpected.first()
             {
+                let path = pointer.clone();
                 pointer = format!("{pointer}/{}", first.replace('~', "~0").replace('/', "~1"));
+                let missing = missing_at(&path);
+                if let Some(candidate) = hookgate_pipeline::diagnostic::did_you_mean(
+                    first,
+                    missing.iter().map(String::as_str),
+                ) {
+                    suggestion = format!(": did you mean `{candidate}`?");
+                }
             }
             let place = std::iter::once("settings".to_owned())
                 .chain(error.instance_path().as_str().split('/').skip(1).map(str::to_owned))
@@ -507,7 +564,7 @@ fn check_against_schema(
                 instances.settings_span(name, &pointer),
                 // Masked: a value may have come from a reference, and the message must not
                 // repeat it.
-                format!("connector `{name}` ({kind}): {place}: {}", error.masked()),
+                format!("connector `{name}` ({kind}): {place}: {}{suggestion}", error.masked()),
             )
             .with_hint(format!("`hookgate connectors --schema {kind}` prints the settings schema"))
         })
