@@ -11,6 +11,7 @@
 mod support;
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -993,6 +994,107 @@ async fn sns_certificates_are_fetched_from_allowed_hosts_only_and_kept() {
         assert!(metrics.contains(line), "`{line}` missing from\n{metrics}");
     }
     store.close().await;
+    drop(server);
+    database.cleanup().await;
+}
+
+/// `hookgate send` signs a fixture's delivery now, as its sender would, and posts it to a
+/// running `serve`: for every shipped pipeline with a shared-secret scheme, one fixture whose
+/// signature is valid is accepted (202). Public-key schemes need the sender's private key,
+/// which hookgate never holds: without `--private-key`, `send` says so and sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hookgate_send_delivers_a_fixture_of_every_shipped_pipeline() {
+    use std::collections::BTreeMap;
+    let mut chosen: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut secrets: BTreeMap<String, String> = BTreeMap::new();
+    let mut uncovered = Vec::new();
+    for dir in [root().join("pipelines"), root().join("pipelines/senders")] {
+        let mut pipelines: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        pipelines.sort();
+        for pipeline in pipelines {
+            let fixtures = pipeline.with_extension("");
+            let mut candidates: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+                .map(|entries| entries.map(|e| e.unwrap().path()).collect())
+                .unwrap_or_default();
+            candidates.retain(|p| p.extension().is_some_and(|e| e == "yaml"));
+            candidates.sort();
+            let found = candidates.into_iter().find_map(|path| {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let (loaded, _) =
+                    hookgate_pipeline::load_fixture(&path.display().to_string(), &text);
+                let fixture = loaded?.fixture;
+                let valid =
+                    fixture.expect.signature == hookgate_pipeline::fixture::SignatureVerdict::Valid;
+                let agrees =
+                    fixture.secrets.iter().all(|(k, v)| secrets.get(k).is_none_or(|s| s == v));
+                (valid && fixture.expect.error.is_none() && agrees)
+                    .then_some((path, fixture.secrets))
+            });
+            match found {
+                Some((fixture, fixture_secrets)) => {
+                    secrets.extend(fixture_secrets);
+                    chosen.push((pipeline, fixture));
+                }
+                None => uncovered.push(pipeline.display().to_string()),
+            }
+        }
+    }
+    assert!(uncovered.is_empty(), "no fixture to send for {uncovered:?}");
+    // Served: every pipeline whose secrets are environment variables (a `file:` secret names
+    // a path such as /etc/hookgate/..., which a test does not write).
+    let file_secret = |pipeline: &PathBuf| {
+        let text = std::fs::read_to_string(pipeline).unwrap();
+        text.contains("- file:") || text.contains("{ file:")
+    };
+    let database = Database::sqlite().await;
+    let mut builder = ServerBuilder::new(database.url()).pipelines(chosen[0].0.clone());
+    for (pipeline, _) in chosen.iter().skip(1).filter(|(p, _)| !file_secret(p)) {
+        builder = builder.arg(pipeline.to_str().unwrap());
+    }
+    for (name, value) in secrets.iter().filter(|(name, _)| !name.contains('/')) {
+        builder = builder.env(name, value);
+    }
+    let server = builder.start();
+    let mut public_key_schemes = Vec::new();
+    for (pipeline, fixture) in &chosen {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .arg("send")
+            .arg(pipeline)
+            .arg("--fixture")
+            .arg(fixture)
+            .args(["--to", &server.base])
+            .envs(&secrets)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if stderr.contains("private key") {
+            assert!(!output.status.success(), "{}: {stderr}", pipeline.display());
+            public_key_schemes.push(pipeline.file_stem().unwrap().to_string_lossy().into_owned());
+            continue;
+        }
+        assert!(
+            output.status.success(),
+            "{} with {}: {stdout}{stderr}",
+            pipeline.display(),
+            fixture.display()
+        );
+        assert!(
+            stdout.contains("-> 202") && stdout.contains("\"accepted\""),
+            "{}: {stdout}",
+            pipeline.display()
+        );
+    }
+    public_key_schemes.sort();
+    assert_eq!(
+        public_key_schemes,
+        ["aws-sns", "sendgrid"],
+        "only public-key schemes need a private key"
+    );
     drop(server);
     database.cleanup().await;
 }

@@ -94,7 +94,7 @@ pub struct ServerBuilder {
     database_url: String,
     extra_args: Vec<String>,
     unset_env: Vec<&'static str>,
-    extra_env: Vec<(&'static str, String)>,
+    extra_env: Vec<(String, String)>,
     pipelines: Option<PathBuf>,
     instances: Option<PathBuf>,
     workers: usize,
@@ -144,8 +144,8 @@ impl ServerBuilder {
         self
     }
 
-    pub fn env(mut self, name: &'static str, value: &str) -> ServerBuilder {
-        self.extra_env.push((name, value.to_owned()));
+    pub fn env(mut self, name: &str, value: &str) -> ServerBuilder {
+        self.extra_env.push((name.to_owned(), value.to_owned()));
         self
     }
 

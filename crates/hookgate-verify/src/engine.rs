@@ -696,6 +696,21 @@ impl Verifier {
     /// Signs as the sender would: with the first configured key for shared-key schemes, with
     /// `private_key` for public-key schemes (SendGrid, AWS SNS), whose configured keys are
     /// only the public halves.
+    /// The URL a sender calls with this body: `url`, with the body's SHA-256 (hex) added as
+    /// the query parameter a scheme with `body_digest_param` signs (Twilio's JSON webhooks'
+    /// `bodySHA256`), unless the URL has it already.
+    pub fn url_for_body(&self, url: &str, body: &[u8]) -> String {
+        let param = self.scheme.variants.iter().find_map(|v| v.spec.body_digest_param.as_ref());
+        match param {
+            Some(param) if query_param(url, param).is_none() => {
+                let digest = hex::encode(Sha256::digest(body));
+                let joiner = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{joiner}{param}={digest}")
+            }
+            _ => url.to_owned(),
+        }
+    }
+
     pub fn sign_with(
         &self,
         input: &SignInput<'_>,

@@ -90,6 +90,35 @@ impl HeaderRef {
     }
 }
 
+impl Scheme {
+    /// Every header name a signature of this scheme is read from: the signature's, the
+    /// timestamp's and each signed header, every alternative of each. A delivery signed
+    /// afresh drops all of them first, so that a stale `svix-signature` cannot shadow a new
+    /// `webhook-signature`.
+    pub fn signing_headers(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for variant in &self.variants {
+            let spec = &variant.spec;
+            if let Some(header) = spec.signature.header() {
+                names.extend(header.names.iter().cloned());
+            }
+            if let Some(TimestampSpec { source: TimestampSource::Header(header), .. }) =
+                &spec.timestamp
+            {
+                names.extend(header.names.iter().cloned());
+            }
+            for part in &spec.message {
+                if let Part::Header(header) = part {
+                    names.extend(header.names.iter().cloned());
+                }
+            }
+        }
+        names.sort_by_key(|name| name.to_ascii_lowercase());
+        names.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+        names
+    }
+}
+
 /// A header that holds named fields, like `t=1492774577,v1=5257a8…` (Stripe), `ts=…;h1=…`
 /// (Paddle) or `v1,sig1 v1,sig2` (Standard Webhooks).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,6 +28,7 @@ pub mod payloads;
 pub mod render;
 pub mod schemas;
 pub mod secrets;
+pub mod send;
 pub mod serve;
 pub mod sign;
 pub mod telemetry;

@@ -168,6 +168,32 @@ enum Command {
         #[arg(long, default_value = "POST")]
         method: String,
     },
+    /// Sign a delivery as the pipeline's sender would and post it to a running gateway,
+    /// printing its answer: a fixture's body and headers (`--fixture`) or a body
+    /// (`--body`), signed now with the secret the pipeline names (or, unset, the fixture's
+    /// test value).
+    Send {
+        /// The pipeline file.
+        pipeline: PathBuf,
+        /// A fixture of the pipeline: its body and headers, the signature made afresh.
+        #[arg(long, conflicts_with = "body", required_unless_present = "body")]
+        fixture: Option<PathBuf>,
+        /// A body, byte for byte.
+        #[arg(long)]
+        body: Option<PathBuf>,
+        /// The gateway (posted to `/hooks/NAME`), or a whole hook URL.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        to: String,
+        /// More headers, `Name: value`, replacing the fixture's of that name.
+        #[arg(long = "header")]
+        headers: Vec<String>,
+        /// The message id (Standard Webhooks; default: a new one).
+        #[arg(long)]
+        message_id: Option<String>,
+        /// For public-key schemes (SendGrid): the sender's private key (PEM or base64 DER).
+        #[arg(long)]
+        private_key: Option<PathBuf>,
+    },
     /// Fixtures: `new` writes a signed one for a body, its expectation taken from what the
     /// delivery produces.
     Fixture {
@@ -849,6 +875,19 @@ async fn run(command: Command) -> Result<()> {
             };
             store.close().await;
             print!("{text}");
+            Ok(())
+        }
+        Command::Send { pipeline, fixture, body, to, headers, message_id, private_key } => {
+            let input = hookgate::send::Input {
+                pipeline: &pipeline,
+                fixture: fixture.as_deref(),
+                body: body.as_deref(),
+                to: &to,
+                headers: &headers,
+                message_id: message_id.as_deref(),
+                private_key: private_key.as_deref(),
+            };
+            print!("{}", hookgate::send::run(&input).await?);
             Ok(())
         }
         Command::Crm { instances, connector, command } => {
