@@ -27,8 +27,10 @@ use crate::yaml::{Node, PathSegment, Value};
 
 /// Pipeline names become URL path segments and database values.
 const NAME_CHARS_MAX: usize = 64;
-/// A tolerance beyond this makes replay protection meaningless.
-const TOLERANCE_MAX: Duration = Duration::from_secs(3600);
+/// A tolerance beyond this makes replay protection meaningless: a day (SendGrid's retries keep
+/// their first signature for that long) and 5 minutes. Within it a replay is held off by the
+/// key, which `check` holds retention to outlive.
+const TOLERANCE_MAX: Duration = Duration::from_secs(24 * 3600 + 300);
 const ATTEMPTS_MAX_LIMIT: u32 = 1000;
 /// Bounds of a connector's `limits.rate`: a window the engine can keep a log of, and one
 /// that a person wrote on purpose.
@@ -780,16 +782,42 @@ pub(crate) fn check_pipeline(
     let preset = model.provider.map(ProviderDefaults::of);
 
     let scheme = check_signature(&mut c, &model, preset.as_ref());
+    let preset_in_use = match (&model.signature.scheme, model.provider) {
+        (Some(SchemeName::Preset(preset)), _) => Some(*preset),
+        (None, Some(provider)) => Some(provider.scheme()),
+        _ => None,
+    };
+    // A sender whose retries keep their first signature (SendGrid) has a longer default.
+    let default_tolerance = preset_in_use
+        .map_or(hookgate_verify::DEFAULT_TOLERANCE_SECS, Preset::default_tolerance_secs);
+    let tolerance_max = TOLERANCE_MAX;
     let tolerance_secs = model.signature.tolerance.map(|t| {
-        if t.0 > TOLERANCE_MAX || t.0.is_zero() {
+        if t.0 > tolerance_max || t.0.is_zero() {
             c.error(
                 Code::OutOfRange,
                 &path!["signature", "tolerance"],
-                format!("tolerance must be between 1s and {}s", TOLERANCE_MAX.as_secs()),
+                format!("tolerance must be between 1s and {}s", tolerance_max.as_secs()),
             );
         }
         u32::try_from(t.0.as_secs()).unwrap_or(u32::MAX)
     });
+    let tolerance_secs = tolerance_secs
+        .or((default_tolerance != hookgate_verify::DEFAULT_TOLERANCE_SECS)
+            .then_some(default_tolerance));
+    // A delivery replayed within the tolerance must still find its key, or it is a new event.
+    let tolerance = Duration::from_secs(u64::from(tolerance_secs.unwrap_or(default_tolerance)));
+    if model.retention.0 < tolerance && scheme.as_ref().is_some_and(Scheme::has_timestamp) {
+        c.error(
+            Code::OutOfRange,
+            &path!["retention"],
+            format!(
+                "retention ({}s) is shorter than the signature's tolerance ({}s): a delivery replayed after its key is forgotten would be accepted again as a new event",
+                model.retention.0.as_secs(),
+                tolerance.as_secs()
+            ),
+        )
+        .hint = Some("keep events at least as long as a signed delivery may be replayed".into());
+    }
     let key_fetch = check_key_fetch(&mut c, &model.signature, scheme.as_ref());
     let senders = check_senders(&mut c, &model.signature, scheme.as_ref());
     // How bodies look is the sender's, not its signature's: a provider's own bodies whatever

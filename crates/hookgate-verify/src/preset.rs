@@ -98,6 +98,18 @@ impl Preset {
     }
 
     /// The scheme, written in the signature language.
+    /// How old a delivery's signed timestamp may be unless the pipeline says otherwise.
+    /// SendGrid retries a failed post for up to 24 hours, its documentation does not say that
+    /// a retry is signed again, and its libraries check no age: a day and 5 minutes, so that
+    /// no retry of a real delivery is refused. A delivery replayed within that is the same
+    /// body, so the same key: a duplicate (`check` holds retention to at least this).
+    pub fn default_tolerance_secs(self) -> u32 {
+        match self {
+            Preset::Sendgrid => 24 * 3600 + 300,
+            _ => crate::DEFAULT_TOLERANCE_SECS,
+        }
+    }
+
     pub fn scheme(self) -> Scheme {
         let name = self.name();
         match self {
