@@ -54,8 +54,11 @@ pub struct CompiledPipeline {
     pub senders: Vec<String>,
     /// How the body is read into `payload`.
     pub body_reading: BodyReading,
-    /// With the position of each reference, for "unset secret" diagnostics.
+    /// With the position of each reference, for "unset secret" diagnostics: the signature's
+    /// `secrets`, then each variant's own.
     pub secrets: Vec<(SecretRef, Pos)>,
+    /// Which variants each of `secrets` verifies, parallel to it.
+    pub secret_use: Vec<hookgate_verify::KeyUse>,
     pub key: CompiledSource,
     pub scope: Option<TemplateName>,
     pub event_type: Option<CompiledSource>,
@@ -828,17 +831,50 @@ pub(crate) fn check_pipeline(
         (None, None, Some(SchemeName::Preset(preset))) => preset_body_reading(*preset),
         (None, None, _) => BodyReading::ByContentType { form: BodyFormat::Form },
     };
-    if model.signature.secrets.is_empty() && key_fetch.is_none() {
+    let variant_secrets: Vec<(usize, &Vec<SecretRef>)> = model
+        .signature
+        .variants
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, v)| v.secrets.as_ref().map(|secrets| (i, secrets)))
+        .collect();
+    // Every rule needs a key: its own, or the signature's.
+    let variants_count = model.signature.variants.as_ref().map_or(1, Vec::len);
+    let all_own = !variant_secrets.is_empty()
+        && variant_secrets.len() == variants_count
+        && variant_secrets.iter().all(|(_, s)| !s.is_empty());
+    if model.signature.secrets.is_empty() && key_fetch.is_none() && !all_own {
         c.error_at_key(Code::Secrets, &path!["signature", "secrets"], "at least one secret is needed").hint =
             Some("a pipeline without a secret would accept anyone's deliveries; add `- env: SOME_VARIABLE`".into());
     }
-    let secrets = model
+    for (i, own) in &variant_secrets {
+        if own.is_empty() {
+            c.error(
+                Code::Secrets,
+                &path!["signature", "variants", *i, "secrets"],
+                "`secrets` is empty",
+            )
+            .hint = Some(
+                "list this rule's secrets, or leave `secrets` out to use the signature's".into(),
+            );
+        }
+    }
+    let mut secrets: Vec<(SecretRef, Pos)> = model
         .signature
         .secrets
         .iter()
         .enumerate()
         .map(|(i, s)| (s.clone(), doc.locate(&path!["signature", "secrets", i]).span.start))
         .collect();
+    let mut secret_use = vec![hookgate_verify::KeyUse::Shared; secrets.len()];
+    for (i, own) in &variant_secrets {
+        for (j, secret) in own.iter().enumerate() {
+            let pos = doc.locate(&path!["signature", "variants", *i, "secrets", j]).span.start;
+            secrets.push((secret.clone(), pos));
+            secret_use.push(hookgate_verify::KeyUse::Variant(*i));
+        }
+    }
 
     let key = match (&model.key, preset.as_ref().map(|p| &p.key)) {
         (Some(source), _) => compile_source(&mut c, &path!["key"], source, false),
@@ -1042,6 +1078,7 @@ pub(crate) fn check_pipeline(
         senders,
         body_reading,
         secrets,
+        secret_use,
         key,
         scope,
         event_type,
@@ -2560,8 +2597,18 @@ impl CompiledPipeline {
         &self,
         keys: &[hookgate_verify::SecretBytes],
     ) -> Result<hookgate_verify::Verifier, hookgate_verify::KeyError> {
-        hookgate_verify::Verifier::new(self.scheme.clone(), keys, self.tolerance_secs)
-            .map(|verifier| verifier.with_senders(self.senders.clone()))
+        // `keys` are the first of `secrets`, in order (a signer passes one); keys beyond them
+        // (fetched per delivery, `fetch_keys`) are shared.
+        let key_use: Vec<hookgate_verify::KeyUse> = (0..keys.len())
+            .map(|i| self.secret_use.get(i).copied().unwrap_or(hookgate_verify::KeyUse::Shared))
+            .collect();
+        hookgate_verify::Verifier::with_key_use(
+            self.scheme.clone(),
+            keys,
+            &key_use,
+            self.tolerance_secs,
+        )
+        .map(|verifier| verifier.with_senders(self.senders.clone()))
     }
 
     /// The URL a URL-signing sender signed: the pipeline's `public_url` with the query string

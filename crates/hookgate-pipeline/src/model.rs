@@ -345,6 +345,11 @@ impl HeaderNames {
 pub struct VariantConfig {
     /// When this rule applies.
     pub when: ConditionConfig,
+    /// The secrets of this rule alone, when its sender signs it with others than the rest
+    /// (Twilio: a SharedKey with HMAC-SHA256, the auth token with SHA-1). Without, the
+    /// signature's `secrets`; those then verify no rule that has its own.
+    #[serde(default)]
+    pub secrets: Option<Vec<SecretRef>>,
     #[serde(default)]
     pub header: Option<HeaderNames>,
     #[serde(default)]

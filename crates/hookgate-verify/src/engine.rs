@@ -21,12 +21,25 @@ pub struct Verifier {
     scheme: Scheme,
     tolerance_secs: u32,
     keys: Vec<Key>,
+    /// Which variants each key verifies, parallel to `keys`.
+    key_use: Vec<KeyUse>,
     /// For schemes with a `sender_field`: the senders trusted. Empty trusts none.
     senders: Vec<String>,
 }
 
 /// Signatures a structured header may carry at most; more is an attack, not a secret roll.
 const SIGNATURES_MAX: usize = 16;
+
+/// Which variants of a scheme a key verifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyUse {
+    /// Every variant that has no keys of its own.
+    Shared,
+    /// This variant (by index) alone: a sender that signs one rule with one secret and another
+    /// rule with another (Twilio's auth token with SHA-1, a SharedKey with SHA-256) must not
+    /// have either secret accepted under the other's rule.
+    Variant(usize),
+}
 
 impl Verifier {
     /// Decodes every key the way the scheme's sender defines it. `tolerance_secs` overrides
@@ -36,11 +49,39 @@ impl Verifier {
         secrets: &[SecretBytes],
         tolerance_secs: Option<u32>,
     ) -> Result<Verifier, KeyError> {
+        let key_use = vec![KeyUse::Shared; secrets.len()];
+        Verifier::with_key_use(scheme, secrets, &key_use, tolerance_secs)
+    }
+
+    /// [`Verifier::new`], each secret used as `key_use` says (parallel to `secrets`). Every
+    /// variant must have a key: its own, or a shared one.
+    pub fn with_key_use(
+        scheme: Scheme,
+        secrets: &[SecretBytes],
+        key_use: &[KeyUse],
+        tolerance_secs: Option<u32>,
+    ) -> Result<Verifier, KeyError> {
         if let Some(problem) = scheme.problems().into_iter().next() {
             return Err(KeyError::Scheme(problem));
         }
         if secrets.is_empty() {
             return Err(KeyError::NoSecret);
+        }
+        if key_use.len() != secrets.len() {
+            return Err(KeyError::Scheme(format!(
+                "{} secrets, and a use for {} of them",
+                secrets.len(),
+                key_use.len()
+            )));
+        }
+        for (index, _) in scheme.variants.iter().enumerate() {
+            let own = key_use.contains(&KeyUse::Variant(index));
+            if !own && !key_use.contains(&KeyUse::Shared) {
+                return Err(KeyError::Scheme(format!(
+                    "variant {} has no secret: none of its own, and none shared",
+                    index + 1
+                )));
+            }
         }
         let format = scheme.key_format();
         if scheme.variants.iter().any(|v| v.spec.key_format != format) {
@@ -52,7 +93,23 @@ impl Verifier {
             .map(|(index, raw)| keys::decode(format, raw).map_err(|e| e.at(index)))
             .collect::<Result<Vec<_>, _>>()?;
         let tolerance_secs = tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS);
-        Ok(Verifier { scheme, tolerance_secs, keys, senders: Vec::new() })
+        Ok(Verifier {
+            scheme,
+            tolerance_secs,
+            keys,
+            key_use: key_use.to_vec(),
+            senders: Vec::new(),
+        })
+    }
+
+    /// Whether the key at `index` verifies `variant`: its own keys if it has any, else the
+    /// shared ones.
+    fn verifies(&self, index: usize, variant: usize) -> bool {
+        let own = self.key_use.contains(&KeyUse::Variant(variant));
+        match self.key_use[index] {
+            KeyUse::Variant(v) => v == variant,
+            KeyUse::Shared => !own,
+        }
     }
 
     pub fn scheme(&self) -> &Scheme {
@@ -70,11 +127,11 @@ impl Verifier {
     /// present and well formed, then the timestamp window, then the signature.
     pub fn verify(&self, request: &Request<'_>, now: Clock) -> Result<Verified, Rejection> {
         let body = LazyJson::new(request.body);
-        let Some(variant) = self.scheme.variants.iter().find(|v| holds(&v.when, request, &body))
+        let Some(index) = self.scheme.variants.iter().position(|v| holds(&v.when, request, &body))
         else {
             return Err(self.unsupported(request, &body));
         };
-        let verified = self.verify_spec(&variant.spec, request, &body, now)?;
+        let verified = self.verify_spec(index, request, &body, now)?;
         // The key proves the message is the key holder's; whom it came from among those who
         // share the key is a signed member, and must be one the pipeline trusts.
         if let Some(pointer) = &self.scheme.sender_field {
@@ -148,11 +205,12 @@ impl Verifier {
 
     fn verify_spec(
         &self,
-        spec: &Spec,
+        variant: usize,
         request: &Request<'_>,
         body: &LazyJson<'_>,
         now: Clock,
     ) -> Result<Verified, Rejection> {
+        let spec = &self.scheme.variants[variant].spec;
         if spec.require_body && request.body.is_empty() {
             return Err(Rejection::EmptyBody);
         }
@@ -263,7 +321,7 @@ impl Verifier {
             });
         }
 
-        let mut matched = self.match_any(spec.algorithm, &message, &candidates);
+        let mut matched = self.match_any(variant, spec.algorithm, &message, &candidates);
         if matched.is_err() && spec.url_port_variants {
             // Twilio's validators accept the URL with its port removed or the scheme's
             // default port added, since proxies on the way may do either.
@@ -273,7 +331,7 @@ impl Verifier {
                         *slot = Some(Cow::Owned(url.clone().into_bytes()));
                     }
                 }
-                matched = self.match_any(spec.algorithm, &message, &candidates);
+                matched = self.match_any(variant, spec.algorithm, &message, &candidates);
                 if matched.is_ok() {
                     break;
                 }
@@ -329,11 +387,15 @@ impl Verifier {
     /// Every candidate is compared, so the time taken does not depend on which one matched.
     fn match_any(
         &self,
+        variant: usize,
         algorithm: Algorithm,
         message: &[Option<Cow<'_, [u8]>>],
         candidates: &[Vec<u8>],
     ) -> Result<usize, Rejection> {
         for (index, key) in self.keys.iter().enumerate() {
+            if !self.verifies(index, variant) {
+                continue;
+            }
             let parts: Vec<&[u8]> =
                 message.iter().map(|p| p.as_deref().unwrap_or(key.secret())).collect();
             let matched = match (algorithm, key) {
@@ -720,16 +782,30 @@ impl Verifier {
         let body = LazyJson::new(input.body);
         let probe =
             Request { method: input.method, url: input.url, headers: &[], body: input.body };
-        let variant = self
+        // The first variant whose condition the request can meet and that the first key
+        // signs: headers are what the signer adds; the rest depends on the request.
+        let first_key_signs = |index: usize| self.verifies(0, index);
+        let index = self
             .scheme
             .variants
             .iter()
-            .find(|v| match &v.when {
-                // Headers are what the signer adds; the rest depends on the request.
-                Condition::HeaderPresent(_) | Condition::HeaderEquals(..) => true,
-                other => holds(other, &probe, &body),
+            .enumerate()
+            .position(|(index, v)| {
+                first_key_signs(index)
+                    && match &v.when {
+                        // A header the signer writes (HubSpot's v3 signature header), or one
+                        // it sets to the value the condition names.
+                        Condition::HeaderPresent(header) => {
+                            v.spec.signature.header().is_some_and(|h| {
+                                h.names.iter().any(|n| n.eq_ignore_ascii_case(header))
+                            })
+                        }
+                        Condition::HeaderEquals(..) => true,
+                        other => holds(other, &probe, &body),
+                    }
             })
-            .unwrap_or(&self.scheme.variants[0]);
+            .unwrap_or(0);
+        let variant = &self.scheme.variants[index];
         let spec = &variant.spec;
         match (spec.algorithm.is_public_key(), private_key) {
             (true, None) => return Err(SignError::PublicKey(name())),

@@ -32,7 +32,7 @@ use hmac::{Hmac, Mac};
 use sha1::Sha1;
 use sha2::{Sha256, Sha512};
 
-pub use engine::{SignError, SignInput, Signature, Verifier};
+pub use engine::{KeyUse, SignError, SignInput, Signature, Verifier};
 pub use keys::PrivateKey;
 pub use preset::{Preset, SNS_SIGNED_MEMBERS};
 pub use scheme::{
