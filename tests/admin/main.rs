@@ -138,6 +138,10 @@ async fn the_api_answers_evidence_as_documented_and_only_with_the_token() {
     assert_eq!(conflict.status(), StatusCode::CONFLICT);
     let rejected = order_raw(b"not json").send(&client, &server).await;
     assert_eq!(rejected.status(), StatusCode::BAD_REQUEST);
+    // Signed with another secret (a rotated one, say): 401, and counted for operators.
+    let forged = order("o-9", "C-good", 1, "paid")
+        .with_header("X-Signature", &format!("sha256={}", "0".repeat(64)));
+    assert_eq!(forged.send(&client, &server).await.status(), StatusCode::UNAUTHORIZED);
     assert!(
         eventually(Duration::from_secs(30), || async {
             event_state(&api, bad).await == "dead" && event_state(&api, good).await == "done"
@@ -224,6 +228,18 @@ async fn the_api_answers_evidence_as_documented_and_only_with_the_token() {
     assert_documented(&document, "RejectedPage", &rejected);
     assert_eq!(rejected["rejected"][0]["body"]["text"], "not json");
     assert!(rejected["rejected"][0]["reason"].as_str().unwrap().contains("not valid JSON"));
+
+    let refused = eventually(Duration::from_secs(10), || async {
+        api.get("/refused?pipeline=orders").await.1["refused"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+    })
+    .await;
+    let (_, page) = api.get("/refused?pipeline=orders").await;
+    assert!(refused, "{page}");
+    assert_documented(&document, "RefusedPage", &page);
+    assert_eq!(page["refused"][0]["code"], "signature_mismatch", "{page}");
+    assert_eq!(page["refused"][0]["refusals"], 1, "{page}");
 
     let (_, letters) = api.get("/dead-letters?pipeline=orders&target=customer").await;
     assert_documented(&document, "DeadLettersPage", &letters);

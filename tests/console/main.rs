@@ -283,6 +283,23 @@ async fn an_operator_reads_the_evidence_replays_and_pauses_in_the_console() {
     assert_eq!(browser.count("tr.conflict").await, 1);
     browser.screenshot("conflicts").await;
 
+    // Refused for its signature: nothing stored, the count on its page.
+    let forged = order("o-forged", "C-good", 1, "paid")
+        .with_header("X-Signature", &format!("sha256={}", "0".repeat(64)));
+    assert_eq!(forged.send(&client, &server).await.status(), 401);
+    let mut shown = false;
+    for _ in 0..50 {
+        page.goto(&format!("{admin}/console/refused")).await.unwrap();
+        if browser.count("tr.refusal").await == 1 {
+            shown = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(shown, "the refusal is on the Refused page");
+    assert!(browser.text("tr.refusal").await.contains("signature_mismatch"));
+    browser.screenshot("refused").await;
+
     // Dead letters, replayed from the page: the replay is in the event's story.
     page.goto(&format!("{admin}/console/dead-letters")).await.unwrap();
     assert_eq!(browser.count("tr.dead-letter").await, 1);

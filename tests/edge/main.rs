@@ -461,6 +461,31 @@ async fn a_forged_flood_is_counted_in_full_and_logged_a_line_at_a_time() {
     let lines = logged.lines().filter(|l| l.contains(r#"reason="unauthorized""#)).count();
     assert_eq!(lines, 1, "one line for the flood within 10 s: {logged}");
     assert!(!logged.contains('\u{1b}'), "a pipeline name from the URL is escaped: {logged}");
+    // Where operators look: the 200 refusals under their one reason, counted in memory and
+    // written in a batch, not one row (or one write) each.
+    let refused = || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["events", "refused", "--json", "--database-url", database.url()])
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let counted = eventually(Duration::from_secs(10), || async {
+        refused().iter().map(|r| r["refusals"].as_i64().unwrap()).sum::<i64>() == 200
+    })
+    .await;
+    let rows = refused();
+    assert!(counted, "{rows:?}");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["pipeline"], "github");
+    assert_eq!(rows[0]["code"], "malformed_header");
+    assert!(rows[0]["reason"].as_str().unwrap().contains("X-Hub-Signature-256"), "{rows:?}");
     drop(server);
     database.cleanup().await;
 }

@@ -35,7 +35,9 @@ pub mod budget;
 mod commit;
 mod keys;
 mod pause;
+mod refusals;
 pub mod seal;
+pub use refusals::REFUSALS_FLUSH;
 mod worker;
 
 pub use commit::{GroupCommit, GroupCommitConfig};
@@ -204,6 +206,8 @@ pub struct Gateway {
     group_commit: Option<GroupCommit>,
     /// Operators' pauses, as last read from the store.
     pauses: Arc<Pauses>,
+    /// Signature refusals counted since they were last written.
+    refusals: Arc<refusals::RefusalLog>,
 }
 
 impl Gateway {
@@ -215,7 +219,14 @@ impl Gateway {
             keyring: None,
             group_commit: None,
             pauses: Arc::default(),
+            refusals: Arc::default(),
         }
+    }
+
+    /// Writes the signature refusals counted since the last call (see [`REFUSALS_FLUSH`]):
+    /// `serve` calls it on a timer and at shutdown.
+    pub async fn flush_refusals(&self) -> Result<(), StoreError> {
+        self.refusals.flush(&self.store).await
     }
 
     /// Whether an operator paused this pipeline's intake (as of the last refresh).
@@ -381,6 +392,16 @@ impl Gateway {
                 "code" => rejection.code()
             )
             .increment(1);
+            // For operators, where they look; for URL-signing senders, with the URL verified
+            // against (a proxy that rewrites it is the usual cause).
+            let signed_url = pipeline.compiled.scheme.signs_url().then_some(url.as_str());
+            self.refusals.note(
+                incoming.pipeline,
+                rejection.code(),
+                &rejection.to_string(),
+                signed_url,
+                incoming.received_at_ms,
+            );
             return IntakeOutcome::Unauthorized(rejection);
         }
 

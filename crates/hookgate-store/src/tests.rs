@@ -1520,3 +1520,39 @@ async fn budget_slices_never_sum_past_the_budget() {
     })
     .await;
 }
+
+/// Signature refusals add up per (pipeline, code, reason), keep their first and last time and
+/// the last URL, and each pipeline keeps its newest `REFUSALS_PER_PIPELINE_MAX` reasons.
+#[tokio::test]
+async fn signature_refusals_add_up_and_stay_bounded() {
+    on_both_backends(|store| async move {
+        let count = |reason: &str, at: i64, refusals: i64| RefusalCount {
+            pipeline: "github".into(),
+            code: "signature_mismatch".into(),
+            reason: reason.into(),
+            url: None,
+            first_at_ms: at,
+            last_at_ms: at,
+            refusals,
+        };
+        store.record_refusals(&[count("wrong secret", 2_000, 3)]).await.unwrap();
+        let mut later = count("wrong secret", 5_000, 2);
+        later.url = Some("https://hooks.example/hooks/github".into());
+        store.record_refusals(&[later, count("wrong secret", 1_000, 1)]).await.unwrap();
+        let rows = store.signature_refusals(Some("github"), 10).await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].first_at_ms, rows[0].last_at_ms, rows[0].refusals), (1_000, 5_000, 6));
+        assert_eq!(rows[0].url.as_deref(), Some("https://hooks.example/hooks/github"));
+
+        let max = REFUSALS_PER_PIPELINE_MAX;
+        let flood: Vec<_> =
+            (0..max + 5).map(|i| count(&format!("forged {i}"), 10_000 + i, 1)).collect();
+        store.record_refusals(&flood).await.unwrap();
+        let rows = store.signature_refusals(Some("github"), 1_000).await.unwrap();
+        assert_eq!(rows.len() as i64, max, "bounded per pipeline");
+        assert_eq!(rows[0].reason, format!("forged {}", max + 4), "newest first");
+        assert!(rows.iter().all(|r| r.reason != "wrong secret"), "the oldest went first");
+        assert!(store.signature_refusals(Some("stripe"), 10).await.unwrap().is_empty());
+    })
+    .await;
+}

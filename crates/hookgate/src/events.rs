@@ -307,9 +307,74 @@ pub async fn rejected(
             }
         }
         let _ = writeln!(out, "{}", plural(rows.len(), "rejected delivery", "rejected deliveries"));
+        // Those refused for their signature are kept apart: say where.
+        let refused = store.signature_refusals(pipeline, 1).await?;
+        if !refused.is_empty() {
+            let _ = writeln!(
+                out,
+                "deliveries were also refused for their signature (401): `hookgate events refused`"
+            );
+        }
     }
     more(&mut out, format, page_full, rows.last().map(|r| r.id));
     Ok(out)
+}
+
+/// Signature refusals (401), counted per pipeline, code and reason, newest first.
+pub async fn refused(
+    store: &Store,
+    pipeline: Option<&str>,
+    limit: i64,
+    format: Format,
+) -> Result<String> {
+    let rows = store.signature_refusals(pipeline, limit).await?;
+    let mut out = String::new();
+    if format == Format::Json {
+        for row in &rows {
+            out.push_str(&json_line(&refusal_json(row)));
+        }
+        return Ok(out);
+    }
+    let _ = writeln!(
+        out,
+        "{:<24}  {:<24}  {:<18}  {:>8}  {:<20}  REASON",
+        "LAST SEEN", "FIRST SEEN", "PIPELINE", "COUNT", "CODE"
+    );
+    for row in &rows {
+        let _ = writeln!(
+            out,
+            "{:<24}  {:<24}  {:<18}  {:>8}  {:<20}  {}",
+            timestamp(row.last_at_ms),
+            timestamp(row.first_at_ms),
+            row.pipeline,
+            row.refusals,
+            row.code,
+            printable(&row.reason, TEXT_CHARS_MAX)
+        );
+        if let Some(url) = &row.url {
+            let _ = writeln!(out, "  verified against {}", printable(url, TEXT_CHARS_MAX));
+        }
+    }
+    let total: i64 = rows.iter().map(|r| r.refusals).sum();
+    let _ = writeln!(
+        out,
+        "{} refused for their signature, under {} (nothing of them is stored)",
+        plural(usize::try_from(total).unwrap_or(usize::MAX), "delivery", "deliveries"),
+        plural(rows.len(), "reason", "reasons")
+    );
+    Ok(out)
+}
+
+pub fn refusal_json(row: &hookgate_store::RefusalCount) -> Value {
+    json!({
+        "pipeline": row.pipeline,
+        "code": row.code,
+        "reason": row.reason,
+        "url": row.url,
+        "first_seen_at": timestamp(row.first_at_ms),
+        "last_seen_at": timestamp(row.last_at_ms),
+        "refusals": row.refusals,
+    })
 }
 
 pub fn rejected_json(row: &DeliveryRecord) -> Value {

@@ -267,6 +267,19 @@ enum EventsCommand {
         #[command(flatten)]
         page: PageArgs,
     },
+    /// Deliveries refused for their signature (401): nothing of them is stored, so they are
+    /// counted per pipeline, code and reason, with when each was first and last seen and,
+    /// for URL-signing senders, the URL verified against. Newest first.
+    Refused {
+        #[arg(long)]
+        pipeline: Option<String>,
+        /// Rows at most, 1 to 1000.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Queue an event's dead writes again; with `--dead`, every dead-lettered event.
     Replay {
         id: Option<i64>,
@@ -863,6 +876,11 @@ async fn run(command: Command) -> Result<()> {
                     events::check_filters(&store, &configured, pipeline, limit).await?;
                     let (bodies, format) = (Bodies::shown_if(body), Format::json_if(json));
                     events::rejected(&store, &views, pipeline, after, limit, bodies, format).await?
+                }
+                EventsCommand::Refused { pipeline, limit, json } => {
+                    let pipeline = pipeline.as_deref();
+                    events::check_filters(&store, &configured, pipeline, limit).await?;
+                    events::refused(&store, pipeline, limit, Format::json_if(json)).await?
                 }
                 EventsCommand::Replay { id: Some(id), json, .. } => {
                     events::replay(&store, id, Format::json_if(json)).await?

@@ -235,6 +235,7 @@ pub async fn start(options: ServeOptions) -> Result<Running> {
             .with_context(|| format!("cannot listen on {listen}"))?;
         address = Some(listener.local_addr()?);
         let config = ServerConfig { metrics, ..options.server.clone() };
+        tasks.push(tokio::spawn(write_refusals(gateway.clone(), stopped(receiver.clone()))));
         let (gateway, shutdown) = (gateway.clone(), stopped(receiver.clone()));
         tasks.push(tokio::spawn(async move {
             if let Err(error) = hookgate_server::serve(listener, gateway, config, shutdown).await {
@@ -394,6 +395,32 @@ async fn reload_logged(running: &mut Running, trigger: &'static str) {
 }
 
 /// Deletes what is past each pipeline's retention.
+/// Writes the signature refusals intake counted, every [`REFUSALS_FLUSH`] and once more at
+/// shutdown. (A 401 answered after that last write, while requests in flight drain, is
+/// counted in the metrics only.)
+async fn write_refusals(gateway: Gateway, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    let mut failing = false;
+    loop {
+        let stopping = tokio::select! {
+            () = &mut shutdown => true,
+            () = tokio::time::sleep(hookgate_engine::REFUSALS_FLUSH) => false,
+        };
+        match gateway.flush_refusals().await {
+            Ok(()) => failing = false,
+            Err(error) => {
+                if !failing {
+                    tracing::warn!(%error, "cannot write the signature refusals counted; kept for the next try");
+                }
+                failing = true;
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
 async fn sweep(gateway: Gateway, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     loop {

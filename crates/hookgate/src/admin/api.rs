@@ -557,6 +557,60 @@ async fn list_rejected(
     Ok(Json(RejectedPage { rejected, more }))
 }
 
+/// Filters of `GET /refused`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefusedQuery {
+    pub pipeline: Option<String>,
+    /// Rows at most, 1 to 1000 (default 50).
+    pub limit: Option<i64>,
+}
+
+/// Deliveries refused for their signature under one pipeline, code and reason: nothing of
+/// them is stored but this count.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Refusal {
+    pub pipeline: String,
+    /// The stable rejection code (`signature_mismatch`, `timestamp_too_old`, ...).
+    pub code: String,
+    pub reason: String,
+    /// For URL-signing senders: the URL verified against, last seen.
+    pub url: Option<String>,
+    pub first_seen_at: String,
+    pub last_seen_at: String,
+    pub refusals: i64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefusedPage {
+    pub refused: Vec<Refusal>,
+}
+
+async fn list_refused(
+    State(admin): State<Admin>,
+    q: Result<Query<RefusedQuery>, QueryRejection>,
+) -> Answer<RefusedPage> {
+    let q = query(q)?;
+    let limit = page_limit(q.limit)?;
+    admin.check_pipeline(q.pipeline.as_deref()).await?;
+    let rows = admin.gateway.store().signature_refusals(q.pipeline.as_deref(), limit).await?;
+    let refused = rows
+        .into_iter()
+        .map(|row| Refusal {
+            first_seen_at: timestamp(row.first_at_ms),
+            last_seen_at: timestamp(row.last_at_ms),
+            pipeline: row.pipeline,
+            code: row.code,
+            reason: row.reason,
+            url: row.url,
+            refusals: row.refusals,
+        })
+        .collect();
+    Ok(Json(RefusedPage { refused }))
+}
+
 /// Filters and cursor of `GET /dead-letters`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -1040,6 +1094,15 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/refused",
+        operation: "listRefused",
+        summary: "Deliveries refused for their signature (401), counted per pipeline, code and reason.",
+        query: Some(inline::<RefusedQuery>),
+        body: None,
+        answer: schema::<RefusedPage>,
+    },
+    Route {
+        method: "get",
         path: "/dead-letters",
         operation: "listDeadLetters",
         summary: "Writes that could not succeed, newest first.",
@@ -1128,6 +1191,7 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/events/{id}/replay", post(replay_event_route))
         .route("/conflicts", get(list_conflicts))
         .route("/rejected", get(list_rejected))
+        .route("/refused", get(list_refused))
         .route("/dead-letters", get(list_dead_letters))
         .route("/replay", post(replay_route))
         .route("/pipelines", get(pipelines_route))

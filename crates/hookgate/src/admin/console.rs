@@ -40,6 +40,7 @@ impl Pages {
             ("dead_letters.html", include_str!("templates/dead_letters.html")),
             ("pipelines.html", include_str!("templates/pipelines.html")),
             ("conflicts.html", include_str!("templates/conflicts.html")),
+            ("refused.html", include_str!("templates/refused.html")),
         ] {
             env.add_template(name, source).expect("the console's templates compile");
         }
@@ -71,6 +72,7 @@ pub(super) fn routes(admin: Admin) -> Router {
         .route("/console/events", get(events_page))
         .route("/console/events/{id}", get(event_page))
         .route("/console/conflicts", get(conflicts_page))
+        .route("/console/refused", get(refused_page))
         .route("/console/dead-letters", get(dead_letters_page))
         .route("/console/pipelines", get(pipelines_page))
         .route("/console/replay", post(replay))
@@ -251,6 +253,19 @@ async fn conflicts_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) 
     admin.console.render(
         "conflicts.html",
         context! { title => "Conflicts", nav => "conflicts", csrf => admin.csrf.clone(), conflicts => data(&rows), next => next },
+    )
+}
+
+async fn refused_page(State(admin): State<Admin>, Query(q): Query<ListQuery>) -> Response {
+    let pipeline = filled(q.pipeline);
+    let rows = match admin.gateway.store().signature_refusals(pipeline.as_deref(), ROWS).await {
+        Ok(rows) => rows,
+        Err(error) => return failure_page(&admin, error.into()),
+    };
+    let rows: Vec<Value> = rows.iter().map(events::refusal_json).collect();
+    admin.console.render(
+        "refused.html",
+        context! { title => "Refused", nav => "refused", csrf => admin.csrf.clone(), refused => data(&rows) },
     )
 }
 
