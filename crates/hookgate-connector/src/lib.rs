@@ -90,7 +90,9 @@ pub enum Operation {
 }
 
 /// One write: the record with `external_id_field = external_id_value` in `object` gets
-/// `fields`.
+/// `fields`. It merges: the fields named are set, every other field of the record is left as
+/// it is (a CRM's PATCH or upsert, not a PUT of the whole record), and the engine reconciles
+/// a write in doubt by checking those fields alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UpsertRequest {
     pub object: String,
