@@ -5,17 +5,12 @@
 // Test helpers panic on a broken setup, which is what a test should do.
 #![allow(clippy::unwrap_used)]
 
-// Shared by every end-to-end test binary; each uses only a part of it.
-#[allow(dead_code)]
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::support::*;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::*;
 
 const TOKEN: &str = "admin-token-for-tests-0123456789";
 

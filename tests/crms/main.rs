@@ -6,17 +6,12 @@
 // Test helpers panic on a broken setup, which is what a test should do.
 #![allow(clippy::unwrap_used)]
 
-// Shared by every end-to-end test binary; each uses only a part of it.
-#[allow(dead_code)]
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use hookgate_fakes::hubspot::{self, FakeHubSpot};
 use hookgate_fakes::salesforce::{self, FakeSalesforce};
 use hookgate_store::Store;
-use support::*;
 
 /// An instances file pointing `salesforce` and `hubspot` at the fakes; the credentials are
 /// the ones the test server's environment carries.

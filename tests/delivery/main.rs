@@ -5,19 +5,14 @@
 // Test helpers panic on a broken setup, which is what a test should do.
 #![allow(clippy::unwrap_used)]
 
-// Shared by every end-to-end test binary; each uses only a part of it.
-#[allow(dead_code)]
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::support::*;
 use hookgate_connector_mock::Effect;
 use hookgate_store::{AttemptOutcome, EventState, Store, WriteView};
 use reqwest::StatusCode;
-use support::*;
 
 /// A mock CRM for one test: its file, and an instances file naming it `crm`.
 struct Crm {

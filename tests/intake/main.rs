@@ -5,20 +5,15 @@
 // Test helpers panic on a broken setup, which is what a test should do.
 #![allow(clippy::unwrap_used)]
 
-// Shared by every end-to-end test binary; each uses only a part of it.
-#[allow(dead_code)]
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::*;
 use hookgate_fakes::proxy::Proxy;
 use reqwest::StatusCode;
 use serde_json::Value;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn json(response: reqwest::Response) -> (StatusCode, Value) {

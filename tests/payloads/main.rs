@@ -6,18 +6,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[allow(dead_code)]
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
+use crate::support::*;
 use hookgate_store::{PayloadTable, Store};
 use reqwest::StatusCode;
 use serde_json::Value;
-use support::*;
 
 const MARKER: &str = "MARKER-7c1e9f@example.com";
 const KEY_1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";

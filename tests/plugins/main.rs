@@ -6,16 +6,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[allow(dead_code)]
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::*;
 use hookgate_connector::conformance::{self, Fault, Harness};
 use hookgate_connector::{
     BoxFuture, Connector, Credentials, LookupOutcome, LookupRequest, Operation, Secret,
@@ -23,7 +20,6 @@ use hookgate_connector::{
 };
 use hookgate_plugin::host::{Limits, Plugin};
 use serde_json::{Value, json};
-use support::*;
 
 /// The example plugin, built once per test run with the same cargo that runs the tests.
 fn plugin_library() -> PathBuf {

@@ -6,19 +6,14 @@
 // Test helpers panic on a broken setup, which is what a test should do.
 #![allow(clippy::unwrap_used)]
 
-// Shared by every end-to-end test binary; each uses only a part of it.
-#[allow(dead_code)]
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::*;
 use hookgate_connector_mock::Effect;
 use serde_json::json;
-use support::*;
 
 /// A pipeline directory and an instances file the test rewrites.
 struct Config {

@@ -5,20 +5,16 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[allow(dead_code)]
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::support::*;
 use hookgate_connector_mock::Effect;
 use hookgate_fakes::stripe::{FakeStripe, SECRET_KEY, SourceFault};
 use hookgate_store::{AttemptRecord, ItemState, Store, WriteView};
 use hookgate_verify::{Algorithm, Encoding, compute_mac};
 use reqwest::StatusCode;
 use serde_json::json;
-use support::*;
 
 const STRIPE_SECRET: &str = "stripe-e2e-secret";
 const PAYLOAD_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
