@@ -965,22 +965,39 @@ async fn budget_bench(binary: &Path, dir: &Path, report: &mut Report) -> Result<
             }
             let elapsed = started.elapsed();
             drop(gateways);
-            anyhow::Ok(elapsed)
+            anyhow::Ok((started, elapsed))
         }
         .await;
         hookgate_store::testing::drop_postgres_database(&url).await;
-        let elapsed = result?;
+        let (started_at, elapsed) = result?;
         let rate = BUDGET_WRITES as f64 / elapsed.as_secs_f64();
         let counts = hubspot.call_counts();
         let calls = counts.admitted + counts.refused_window;
         let refused = counts.refused_window as f64 / calls.max(1) as f64;
         let writes = hubspot.write_calls();
         let per_call = hubspot.writes().len() as f64 / writes.batch_upsert.max(1) as f64;
+        // When the calls came, by second from the start: a budget's bursts and gaps.
+        let timeline: Vec<usize> = {
+            let admitted = hubspot.lock().admitted_at.clone();
+            let seconds = elapsed.as_secs() as usize + 1;
+            let mut buckets = vec![0usize; seconds];
+            for at in admitted {
+                let second = at.saturating_duration_since(started_at).as_secs() as usize;
+                if let Some(bucket) = buckets.get_mut(second) {
+                    *bucket += 1;
+                }
+            }
+            buckets
+        };
         println!(
             "budget    {processes} process{}  {rate:>6.0} records/s   vs the window's ceiling {:.2} (target >= 0.90)   {:.1}% of {calls} calls refused (target <= 1%)   {per_call:.1} records per call",
             if processes == 1 { "  " } else { "es" },
             rate / ceiling,
             refused * 100.0,
+        );
+        println!(
+            "          calls per second from the start: {}",
+            timeline.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")
         );
         report.add(serde_json::json!({
             "measure": "drain within HubSpot's window", "backend": "postgres", "processes": processes,

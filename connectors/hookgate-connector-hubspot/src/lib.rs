@@ -56,11 +56,13 @@ pub const CREDENTIALS: &[&str] = &["token"];
 /// Inputs HubSpot takes in one batch upsert.
 pub const BATCH_INPUTS_MAX: usize = 100;
 
-/// Rate-limit headers kept with each attempt.
+/// Rate-limit headers kept with each attempt: the window's and the day's.
 const RATE_LIMIT_HEADERS: &[&str] = &[
     "x-hubspot-ratelimit-max",
     "x-hubspot-ratelimit-remaining",
     "x-hubspot-ratelimit-interval-milliseconds",
+    "x-hubspot-ratelimit-daily",
+    "x-hubspot-ratelimit-daily-remaining",
 ];
 
 #[derive(Debug)]

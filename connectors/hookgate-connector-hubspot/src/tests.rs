@@ -115,6 +115,30 @@ async fn a_429_waits_for_retry_after_or_else_the_window() {
     assert_eq!(fake.records("contacts").len(), 2, "a 429 writes nothing");
 }
 
+/// The fake keeps HubSpot's daily limit too: every answer carries the daily headers, and
+/// past the limit a 429 with `policyName: DAILY`, until the day rolls on.
+#[tokio::test]
+async fn the_daily_limit_is_reported_and_then_refused_until_the_day_rolls_on() {
+    let fake = FakeHubSpot::start().await;
+    let hs = connector(&fake, fake::TOKEN);
+    {
+        let mut state = fake.lock();
+        state.daily_limit = 2;
+        state.day_length = Duration::from_millis(500);
+    }
+    let first = hs.upsert(&contact("a@example.com", "A")).await.unwrap();
+    assert_eq!(first.answer.meta["x-hubspot-ratelimit-daily"], "2");
+    assert_eq!(first.answer.meta["x-hubspot-ratelimit-daily-remaining"], "1");
+    hs.upsert(&contact("b@example.com", "B")).await.unwrap();
+    let error = hs.upsert(&contact("c@example.com", "C")).await.unwrap_err();
+    assert_eq!(error.class(), "rate_limited", "{error}");
+    assert!(error.answer().excerpt.as_deref().unwrap().contains("DAILY"), "{error}");
+    assert_eq!(fake.call_counts().refused_daily, 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    hs.upsert(&contact("c@example.com", "C")).await.unwrap();
+    assert_eq!(fake.records("contacts").len(), 3);
+}
+
 #[tokio::test]
 async fn an_id_property_without_unique_values_is_rejected() {
     let fake = FakeHubSpot::start().await;

@@ -18,6 +18,10 @@ use crate::chaos::{Access, Chaos, Dice, Fate};
 pub const TOKEN: &str = "pat-na1-fake-token";
 /// HubSpot's rolling rate-limit window.
 pub const WINDOW: Duration = Duration::from_secs(10);
+/// Calls a private app may make per day on a Free or Starter account (more on higher tiers).
+pub const DAILY_LIMIT: u64 = 250_000;
+/// HubSpot's day, which ends at midnight in the account's time zone (shorter in tests).
+pub const DAY: Duration = Duration::from_secs(24 * 3600);
 /// Inputs one batch upsert may carry; more answer 400.
 pub const BATCH_INPUTS_MAX: usize = 100;
 
@@ -53,6 +57,8 @@ pub struct CallCounts {
     pub admitted: u64,
     /// Requests refused with 429 because the window was used up.
     pub refused_window: u64,
+    /// Requests refused with 429 (`policyName: DAILY`) because the day's calls were used up.
+    pub refused_daily: u64,
     /// The most requests admitted within any one rolling window.
     pub max_in_any_window: usize,
 }
@@ -92,6 +98,15 @@ pub struct HubSpotState {
     /// Whether a 429 carries `Retry-After` (not confirmed in HubSpot's docs).
     pub retry_after_on_429: bool,
     window: VecDeque<Instant>,
+    /// Requests allowed per day, reported in `X-HubSpot-RateLimit-Daily`.
+    pub daily_limit: u64,
+    /// The day's length ([`DAY`]; shorter in tests of a day that rolls on).
+    pub day_length: Duration,
+    day_started: Instant,
+    /// Requests counted against today's limit.
+    pub calls_today: u64,
+    /// When each admitted request arrived, in order: how a budget spread its calls.
+    pub admitted_at: Vec<Instant>,
     /// The window's verdicts so far.
     pub calls: CallCounts,
     /// How long a created or updated record stays invisible to search.
@@ -144,6 +159,11 @@ impl FakeHubSpot {
             window_length: WINDOW,
             retry_after_on_429: false,
             window: VecDeque::new(),
+            daily_limit: DAILY_LIMIT,
+            day_length: DAY,
+            day_started: Instant::now(),
+            calls_today: 0,
+            admitted_at: Vec::new(),
             calls: CallCounts::default(),
             search_lag: Duration::ZERO,
             results_reversed: false,
@@ -248,7 +268,16 @@ fn admit(
     while state.window.front().is_some_and(|t| now.duration_since(*t) >= state.window_length) {
         state.window.pop_front();
     }
+    if now.duration_since(state.day_started) >= state.day_length {
+        state.day_started = now;
+        state.calls_today = 0;
+    }
+    if state.calls_today >= state.daily_limit {
+        state.calls.refused_daily += 1;
+        return Err(daily_limit_reached(state));
+    }
     let remaining = state.max_per_window.saturating_sub(state.window.len());
+    let daily_remaining = state.daily_limit - state.calls_today - 1;
     let limits = |remaining: usize| {
         vec![
             ("x-hubspot-ratelimit-max", state.max_per_window.to_string()),
@@ -257,6 +286,8 @@ fn admit(
                 "x-hubspot-ratelimit-interval-milliseconds",
                 state.window_length.as_millis().to_string(),
             ),
+            ("x-hubspot-ratelimit-daily", state.daily_limit.to_string()),
+            ("x-hubspot-ratelimit-daily-remaining", daily_remaining.to_string()),
         ]
     };
     if remaining == 0 {
@@ -268,6 +299,8 @@ fn admit(
         return Err(rate_limited(state, retry_after));
     }
     state.window.push_back(now);
+    state.admitted_at.push(now);
+    state.calls_today += 1;
     state.calls.admitted += 1;
     state.calls.max_in_any_window = state.calls.max_in_any_window.max(state.window.len());
     Ok(limits(remaining - 1))
@@ -295,6 +328,27 @@ fn rate_limited(state: &HubSpotState, retry_after: Option<Duration>) -> Response
     }
     if let Some(wait) = retry_after {
         response.headers_mut().insert("retry-after", HeaderValue::from(wait.as_secs().max(1)));
+    }
+    response
+}
+
+/// HubSpot's 429 for a day's calls used up: `policyName: DAILY`, the daily headers at zero.
+fn daily_limit_reached(state: &HubSpotState) -> Response {
+    let body = json!({
+        "status": "error",
+        "message": "You have reached your daily limit.",
+        "errorType": "RATE_LIMIT",
+        "correlationId": "cccccccc-0000-4000-8000-000000000000",
+        "policyName": "DAILY",
+        "category": "RATE_LIMITS",
+    });
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+    let limits = [
+        ("x-hubspot-ratelimit-daily", state.daily_limit.to_string()),
+        ("x-hubspot-ratelimit-daily-remaining", "0".to_owned()),
+    ];
+    for (name, value) in limits {
+        response.headers_mut().insert(name, HeaderValue::from_str(&value).expect("ascii"));
     }
     response
 }

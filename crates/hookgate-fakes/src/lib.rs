@@ -7,7 +7,8 @@
 //!   the daily limit with `Sforce-Limit-Info`, HTML and JSON 503, lost responses.
 //! - [`hubspot::FakeHubSpot`]: private-app tokens, batch upsert by a unique `idProperty` with
 //!   the `new` flag, update by `idProperty`, search with lag, the 10-second rate-limit window
-//!   with its headers, 401/403 bodies, lost responses.
+//!   and the daily limit with their headers (429 `TEN_SECONDLY_ROLLING` or `DAILY`), 401/403
+//!   bodies, lost responses.
 //! - [`rest::FakeRest`]: a plain in-house REST CRM for the declarative `kind: http`
 //!   connector: OAuth client credentials with expiring tokens or a static API key, upsert by
 //!   `PUT /objects/{object}/by/{field}/{value}` with 201/200, idempotency keys, 422
