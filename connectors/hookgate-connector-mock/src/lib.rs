@@ -96,6 +96,20 @@ pub struct Faults {
     /// Seeds the fault dice, for repeatable runs.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// A rate limit as a CRM enforces one: a call beyond `calls` in any rolling `per_ms` is
+    /// answered 429, with the time until the oldest call leaves the window as its
+    /// retry-after. Writes, batches and lookups all count; counted per gateway process (the
+    /// mock is in the process). Declare the same in `limits.rate` to stay within it.
+    #[serde(default)]
+    pub window: Option<MockWindow>,
+}
+
+/// A rolling window of calls.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MockWindow {
+    pub calls: u32,
+    pub per_ms: u64,
 }
 
 fn default_retry_after_ms() -> u64 {
@@ -143,6 +157,10 @@ pub struct MockCrm {
     dice: Mutex<StdRng>,
     /// Write calls so far, for the `*_first_calls` faults.
     calls: std::sync::atomic::AtomicU64,
+    /// When each call of the window (`faults.window`) arrived, oldest first.
+    window: Mutex<std::collections::VecDeque<std::time::Instant>>,
+    /// Calls the window refused, for tests.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 const SCHEMA: &str = "
@@ -216,6 +234,8 @@ impl MockCrm {
             settings,
             dice: Mutex::new(dice),
             calls: std::sync::atomic::AtomicU64::new(0),
+            window: Mutex::new(std::collections::VecDeque::new()),
+            refused: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -230,9 +250,39 @@ impl MockCrm {
         }
     }
 
+    /// The rate limit, before anything else: a call over it is refused whole.
+    fn window_faults(&self) -> Result<(), ConnectorError> {
+        let Some(limit) = self.settings.faults.window else { return Ok(()) };
+        let per = Duration::from_millis(limit.per_ms);
+        let now = std::time::Instant::now();
+        let mut window = self.window.lock().expect("the window lock is never poisoned");
+        while window.front().is_some_and(|at| now.duration_since(*at) >= per) {
+            window.pop_front();
+        }
+        if window.len() >= limit.calls as usize {
+            let oldest = window.front().copied().unwrap_or(now);
+            let retry_after = per.saturating_sub(now.duration_since(oldest));
+            drop(window);
+            self.refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(ConnectorError::RateLimited {
+                message: format!("more than {} calls in {} ms", limit.calls, limit.per_ms),
+                retry_after: Some(retry_after),
+                answer: Answer::with_excerpt(Some(429), r#"{"error":"REQUEST_LIMIT_EXCEEDED"}"#),
+            });
+        }
+        window.push_back(now);
+        Ok(())
+    }
+
+    /// Calls the rate limit (`faults.window`) refused so far in this process.
+    pub fn refused_by_window(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Faults that strike before anything is written.
     /// A single write meets them in the order a CRM checks: credentials, validation, load.
     fn faults_before_write(&self, external_id: &str) -> Result<(), ConnectorError> {
+        self.window_faults()?;
         let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.credential_faults()?;
         self.record_faults(external_id)?;
@@ -241,6 +291,7 @@ impl MockCrm {
 
     /// Faults of a whole batch call, before anything is written.
     fn call_faults(&self) -> Result<(), ConnectorError> {
+        self.window_faults()?;
         let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.credential_faults()?;
         self.load_faults(call)
@@ -815,6 +866,7 @@ impl Connector for MockCrm {
     ) -> BoxFuture<'a, Result<LookupOutcome, ConnectorError>> {
         Box::pin(async move {
             self.latency().await;
+            self.window_faults()?;
             if self.roll(self.settings.faults.failure_rate) {
                 return Err(ConnectorError::Retryable {
                     message: "service unavailable".into(),

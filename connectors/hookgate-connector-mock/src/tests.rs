@@ -239,3 +239,23 @@ async fn a_batch_applies_each_record_as_a_single_call_would() {
         assert!(!state_of(&one).await.1.is_empty());
     }
 }
+
+/// A rate limit as a CRM keeps one: writes and lookups count, the call past it is refused
+/// whole with the time until the window has room, and nothing of it is applied.
+#[tokio::test]
+async fn a_window_refuses_the_calls_past_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults { window: Some(MockWindow { calls: 2, per_ms: 400 }), ..Faults::default() };
+    let crm = mock(&dir, true, faults).await;
+    crm.upsert(&request("ada", "k1", "Ada")).await.unwrap();
+    crm.lookup(&(&request("ada", "", "")).into()).await.unwrap();
+    let refused = crm.upsert(&request("bob", "k2", "Bob")).await.unwrap_err();
+    assert_eq!(refused.class(), "rate_limited");
+    let wait = refused.retry_after().unwrap();
+    assert!(wait > Duration::ZERO && wait <= Duration::from_millis(400), "{wait:?}");
+    assert_eq!(crm.refused_by_window(), 1);
+    assert_eq!(crm.effects().await.unwrap().len(), 1, "nothing of the refused call applied");
+    tokio::time::sleep(wait).await;
+    crm.upsert(&request("bob", "k2", "Bob")).await.unwrap();
+    assert_eq!(crm.effects().await.unwrap().len(), 2);
+}
