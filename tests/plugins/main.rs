@@ -226,16 +226,19 @@ fn check_reports_a_plugin_that_refuses_an_instance_where_it_is_written() {
          \x20   credentials: { token: { env: JSONFILE_TOKEN } }\n",
     )
     .unwrap();
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check", "--message-format", "short", "--instances"])
-        .arg(&instances)
-        .arg(root().join("tests/delivery/orders.yaml"))
-        .env("ORDERS_SECRET", "x")
-        .env("JSONFILE_TOKEN", "t0ken")
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&check.stderr);
-    assert_eq!(check.status.code(), Some(1), "{report}");
+    let check = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["check", "--message-format", "short", "--instances"])
+            .arg(&instances)
+            .arg(root().join("tests/delivery/orders.yaml"))
+            .env("ORDERS_SECRET", "x")
+            .env("JSONFILE_TOKEN", "t0ken")
+            .output()
+            .unwrap()
+    };
+    let checked = check();
+    let report = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(1), "{report}");
     assert!(
         report.contains(
             "hookgate.yaml:5:11: error[H0603]: connector `crm`: connector plugin `jsonfile`"
@@ -251,15 +254,7 @@ fn check_reports_a_plugin_that_refuses_an_instance_where_it_is_written() {
     // A misspelt setting is one error, where it is written, saying what was meant.
     let text = std::fs::read_to_string(&instances).unwrap();
     std::fs::write(&instances, text.replace("{ path: ", "{ pth: ")).unwrap();
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["check", "--message-format", "short", "--instances"])
-        .arg(&instances)
-        .arg(root().join("tests/delivery/orders.yaml"))
-        .env("ORDERS_SECRET", "x")
-        .env("JSONFILE_TOKEN", "t0ken")
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&check.stderr);
+    let report = String::from_utf8_lossy(&check().stderr).into_owned();
     let errors: Vec<&str> = report.lines().filter(|l| l.contains("error[")).collect();
     assert_eq!(errors.len(), 1, "{report}");
     assert!(errors[0].contains("hookgate.yaml:6:22: error[H0603]"), "{report}");

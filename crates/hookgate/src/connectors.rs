@@ -201,12 +201,7 @@ impl Registry {
                         && let Ok(settings) = strictly_resolved(&instance.settings, resolver)
                         && let Err(error) = validate(&settings)
                     {
-                        diagnostics.push(Diagnostic::error(
-                            Code::ConnectorSettings,
-                            &instances.file,
-                            instances.kind_span(name),
-                            format!("connector `{name}`: {error}"),
-                        ));
+                        diagnostics.push(refused_instance(instances, name, &error));
                     }
                     diagnostics.extend(found);
                     credentials(&instance.settings)
@@ -226,12 +221,7 @@ impl Registry {
                         && let Ok(settings) = strictly_resolved(&instance.settings, resolver)
                         && let Err(error) = plugin.try_create(&settings, &credentials)
                     {
-                        diagnostics.push(Diagnostic::error(
-                            Code::ConnectorSettings,
-                            &instances.file,
-                            instances.kind_span(name),
-                            format!("connector `{name}`: {error}"),
-                        ));
+                        diagnostics.push(refused_instance(instances, name, &error));
                     }
                     diagnostics.extend(found);
                     diagnostics.extend(missing);
@@ -407,6 +397,20 @@ fn plugin_libraries(directory: &Path) -> Result<Vec<PathBuf>, String> {
     }
     libraries.sort();
     Ok(libraries)
+}
+
+/// An instance its kind refuses to build, located where the instance names its kind.
+fn refused_instance(
+    instances: &Instances,
+    name: &str,
+    error: &dyn std::fmt::Display,
+) -> Diagnostic {
+    Diagnostic::error(
+        Code::ConnectorSettings,
+        &instances.file,
+        instances.kind_span(name),
+        format!("connector `{name}`: {error}"),
+    )
 }
 
 /// Settings with each of `file_settings` that is a relative path taken from the directory of
