@@ -1148,11 +1148,11 @@ fn plugin_directories_that_cannot_be_trusted_are_located_errors() {
     }
 }
 
-/// The README's `export` lines before `serve` name every secret the shipped configuration
+/// The guide's `export` lines before `serve` name every secret the shipped configuration
 /// reads: with none of them set, `check` lists each (what `serve` would refuse), and each is
-/// exported there, so that following the README starts `serve`.
+/// exported there, so that following the guide starts `serve`.
 #[test]
-fn the_readme_exports_every_secret_the_shipped_configuration_reads() {
+fn the_guide_exports_every_secret_the_shipped_configuration_reads() {
     let output = Command::new(env!("CARGO_BIN_EXE_hookgate"))
         .args(["check", "--message-format", "short"])
         .current_dir(root())
@@ -1167,8 +1167,8 @@ fn the_readme_exports_every_secret_the_shipped_configuration_reads() {
     let needed: std::collections::BTreeSet<&str> =
         warning.split("variable `").skip(1).filter_map(|rest| rest.split('`').next()).collect();
     assert!(needed.len() >= 5, "{warning}");
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let serving = readme.split("\n## Serving\n").nth(1).unwrap();
+    let guide = std::fs::read_to_string(root().join("docs/guide/serving.md")).unwrap();
+    let serving = guide.split("# Serving\n").nth(1).unwrap();
     let exported: std::collections::BTreeSet<&str> = serving
         .lines()
         .take_while(|line| !line.starts_with("cargo run"))
@@ -1177,7 +1177,7 @@ fn the_readme_exports_every_secret_the_shipped_configuration_reads() {
         .filter_map(|assignment| assignment.split_once('=').map(|(name, _)| name))
         .collect();
     let missing: Vec<&&str> = needed.difference(&exported).collect();
-    assert!(missing.is_empty(), "the README's Serving section does not export {missing:?}");
+    assert!(missing.is_empty(), "docs/guide/serving.md does not export {missing:?}");
 }
 
 /// `check` refuses what the connector kind would refuse at `serve`, not only what its schema
@@ -1202,4 +1202,71 @@ fn a_rest_lookup_without_fields_is_refused_by_check() {
     });
     assert!(line.starts_with("hookgate.yaml:31:"), "{line}");
     assert!(line.contains("error[") && line.contains("it would be written again"), "{line}");
+}
+
+/// Every relative link of the README, ARCHITECTURE.md and the guide names a file that exists,
+/// and every `#anchor` a heading of its page (as GitHub makes anchors from headings).
+#[test]
+fn the_docs_link_to_what_exists() {
+    let mut pages = vec![root().join("README.md"), root().join("ARCHITECTURE.md")];
+    let mut guide: Vec<PathBuf> = std::fs::read_dir(root().join("docs/guide"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    guide.sort();
+    assert!(guide.len() >= 5, "{guide:?}");
+    pages.extend(guide);
+    let anchors = |page: &Path| -> Vec<String> {
+        let text = std::fs::read_to_string(page).unwrap();
+        let mut fenced = false;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("```") {
+                fenced = !fenced;
+            }
+            if fenced || !line.starts_with('#') {
+                continue;
+            }
+            let title = line.trim_start_matches('#').trim().to_lowercase();
+            let slug: String = title
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect();
+            out.push(slug);
+        }
+        out
+    };
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let mut fenced = false;
+        for (number, line) in text.lines().enumerate() {
+            if line.starts_with("```") {
+                fenced = !fenced;
+            }
+            if fenced {
+                continue;
+            }
+            for link in line.split("](").skip(1).filter_map(|rest| rest.split(')').next()) {
+                if link.starts_with("http://")
+                    || link.starts_with("https://")
+                    || link.starts_with("mailto:")
+                {
+                    continue;
+                }
+                let (path, anchor) = link.split_once('#').unwrap_or((link, ""));
+                let target =
+                    if path.is_empty() { page.clone() } else { page.parent().unwrap().join(path) };
+                let place = format!("{}:{}: {link}", page.display(), number + 1);
+                if !target.exists() {
+                    broken.push(format!("{place} (no such file)"));
+                } else if !anchor.is_empty() && !anchors(&target).iter().any(|a| a == anchor) {
+                    broken.push(format!("{place} (no such heading)"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }

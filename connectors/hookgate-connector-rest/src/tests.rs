@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
-/// Settings for the fake, as `hookgate.yaml` would hold them (the README example).
+/// Settings for the fake, as `hookgate.yaml` would hold them (the example in docs/guide/connectors.md).
 fn settings(fake: &FakeRest) -> Value {
     json!({
         "base_url": fake.base_url,

@@ -1,7 +1,7 @@
 //! `hookgate events`: the evidence, for operators asking "what happened to event X?".
 //!
 //! Every command has a human form and a `--json` form: one JSON object per line, whose fields
-//! are documented in the README and only ever added to.
+//! are documented in docs/guide/operating.md and only ever added to.
 
 use std::fmt::Write as _;
 

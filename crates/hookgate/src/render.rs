@@ -104,7 +104,7 @@ pub fn short(report: &Report) -> String {
 }
 
 /// A report as JSON lines: `{"reason":"diagnostic",...}` per problem, then
-/// `{"reason":"summary",...}`. The shape is documented in the README and stable.
+/// `{"reason":"summary",...}`. The shape is documented in docs/guide/checking.md and stable.
 pub fn json(report: &Report) -> String {
     let renderer = Renderer::plain();
     let mut sources = Sources::default();
