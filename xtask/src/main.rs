@@ -157,11 +157,9 @@ fn main() -> Result<ExitCode> {
                 resolver: Default::default(),
             });
             print!("{}", hookgate::render::short(&report));
-            let stale = stale_schemas(&root)?;
+            let stale = stale_generated(&root)?;
             for name in &stale {
-                println!(
-                    "schemas/{name}: error: stale; run `cargo xtask codegen` and commit the result"
-                );
+                println!("{name}: error: stale; run `cargo xtask codegen` and commit the result");
             }
             Ok(if report.errors() > 0 || !stale.is_empty() {
                 ExitCode::FAILURE
@@ -254,8 +252,8 @@ fn main() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Codegen => {
-            for (name, text) in schemas() {
-                let path = root.join("schemas").join(name);
+            for (name, text) in generated() {
+                let path = root.join(name);
                 std::fs::write(&path, text)
                     .with_context(|| format!("cannot write {}", path.display()))?;
                 println!("wrote {}", path.display());
@@ -265,12 +263,11 @@ fn main() -> Result<ExitCode> {
     }
 }
 
-/// Schema files whose committed text differs from what the code generates.
-fn stale_schemas(root: &Path) -> Result<Vec<String>> {
+/// Generated files whose committed text differs from what the code generates.
+fn stale_generated(root: &Path) -> Result<Vec<String>> {
     let mut stale = Vec::new();
-    for (name, text) in schemas() {
-        let committed =
-            std::fs::read_to_string(root.join("schemas").join(&name)).unwrap_or_default();
+    for (name, text) in generated() {
+        let committed = std::fs::read_to_string(root.join(&name)).unwrap_or_default();
         if committed != text {
             stale.push(name);
         }
@@ -278,9 +275,15 @@ fn stale_schemas(root: &Path) -> Result<Vec<String>> {
     Ok(stale)
 }
 
-/// Every generated schema, by its path under `schemas/`.
-fn schemas() -> Vec<(String, String)> {
-    hookgate::schemas::all()
+/// Every generated file, by its path from the workspace root: the schemas under `schemas/`
+/// and the guide's references.
+fn generated() -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = hookgate::schemas::all()
+        .into_iter()
+        .map(|(name, text)| (format!("schemas/{name}"), text))
+        .collect();
+    files.push(("docs/guide/diagnostics.md".to_owned(), hookgate::schemas::diagnostics_page()));
+    files
 }
 
 fn workspace_root() -> PathBuf {

@@ -109,3 +109,25 @@ fn rename_refs(value: &mut Value, kind: &str) {
         _ => {}
     }
 }
+
+/// The guide's page of diagnostic codes, generated from their table (`Code::ALL`), as
+/// `cargo xtask codegen` writes it to `docs/guide/diagnostics.md`.
+pub fn diagnostics_page() -> String {
+    use std::fmt::Write as _;
+    let mut page = String::from(
+        "# Diagnostic codes\n\n\
+         Every diagnostic of `hookgate check` (and of `serve`, which refuses what `check` reports\n\
+         as an error) has a code; `hookgate explain CODE` prints its entry. This page is generated\n\
+         from the codes' table by `cargo xtask codegen`, and `cargo xtask check` fails when it is\n\
+         stale. A code, once published, keeps its meaning.\n\n\
+         | Code | What it is |\n|---|---|\n",
+    );
+    for code in hookgate_pipeline::Code::ALL {
+        let _ =
+            writeln!(page, "| [{code}](#{}) | {} |", code.as_str().to_lowercase(), code.title());
+    }
+    for code in hookgate_pipeline::Code::ALL {
+        let _ = write!(page, "\n## {code}\n\n{}\n\n{}\n", code.title(), code.explanation());
+    }
+    page
+}
