@@ -168,10 +168,11 @@ enum Command {
         #[arg(long, default_value = "POST")]
         method: String,
     },
-    /// Sign a delivery as the pipeline's sender would and post it to a running gateway,
-    /// printing its answer: a fixture's body and headers (`--fixture`) or a body
-    /// (`--body`), signed now with the secret the pipeline names (or, unset, the fixture's
-    /// test value).
+    /// Sign a delivery as the pipeline's sender would, post it to a running gateway, print the
+    /// answer
+    ///
+    /// A fixture's body and headers (`--fixture`) or a body (`--body`), signed now with the
+    /// secret the pipeline names (or, unset, the fixture's test value).
     Send {
         /// The pipeline file.
         pipeline: PathBuf,
