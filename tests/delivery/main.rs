@@ -412,6 +412,30 @@ async fn a_rate_limit_retry_after_is_honoured() {
     }
 }
 
+/// A CRM that keeps saying "later" is waited for, not given up on: rate-limited calls stay in
+/// the evidence but do not count toward `attempts_max` (4 in this pipeline), so six 429s in a
+/// row still end in one write, not a dead letter.
+#[tokio::test]
+async fn rate_limits_do_not_use_up_attempts() {
+    for database in Database::both().await {
+        let crm = Crm::new(serde_json::json!({"rate_limit_first_calls": 6, "retry_after_ms": 50}));
+        let server = server(&database, &crm).start();
+        let store = database.store().await;
+        let event = accept(&client(), &server, &order("o-1", "C-1", 1, "paid")).await;
+        drained(&store).await;
+        let attempts = store.attempts_for(event).await.unwrap();
+        let expected = ["rate_limited"; 6].into_iter().chain(["created"]).collect::<Vec<_>>();
+        assert_eq!(outcomes(&attempts), expected, "{}", database.name());
+        let writes = store.outbox_for(event).await.unwrap();
+        assert_eq!(writes[0].state.as_str(), "done", "{}", database.name());
+        assert_eq!(writes[0].attempts, 1, "only the write that succeeded counts");
+        assert!(store.dead_events(Some("orders")).await.unwrap().is_empty());
+        store.close().await;
+        drop(server);
+        database.cleanup().await;
+    }
+}
+
 #[tokio::test]
 async fn rejections_and_exhausted_attempts_are_dead_lettered_and_can_be_replayed() {
     for database in Database::both().await {

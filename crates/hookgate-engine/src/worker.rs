@@ -971,6 +971,17 @@ impl Worker {
         error: &ConnectorError,
         doubt: Doubt,
     ) -> Finish {
+        // The CRM asked to wait: not a failure, so it neither counts toward `attempts_max`
+        // nor dead-letters the write, however long the CRM's window or day.
+        if let ConnectorError::RateLimited { .. } = error {
+            let delay = backoff(policy, item.attempts, error.retry_after());
+            tracing::info!(item = item.id, event_id = item.event_id, delay_ms = delay.as_millis() as u64, %error, "deferred by the CRM's rate limit");
+            return Finish::Deferred {
+                at_ms: now_ms() + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
+                error: error.to_string(),
+                doubt,
+            };
+        }
         let exhausted = item.attempts >= i64::from(policy.attempts_max);
         if exhausted {
             tracing::warn!(item = item.id, event_id = item.event_id, attempts = item.attempts, %error, "attempts exhausted: dead-lettered");

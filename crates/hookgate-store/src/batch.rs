@@ -359,7 +359,7 @@ impl Store {
 
             let move_rows = rows_json(mine.iter().map(|FinishItem { item, finish, .. }| MoveRow {
                 v_id: item.id,
-                v_attempt: item.attempts,
+                v_attempt: finish.attempts_after(item.attempts),
                 v_state: finish.item_state().as_str(),
                 v_next: finish.next_attempt_at_ms(),
                 v_doubt: i64::from(finish.doubt().is_in_doubt()),

@@ -172,6 +172,10 @@ pub enum Finish {
     Skipped { reason: String, doubt: Doubt },
     /// Pending again, due at `at_ms`, after `error`.
     Retry { at_ms: i64, error: String, doubt: Doubt },
+    /// Pending again, due at `at_ms`: the CRM asked to wait (its rate limit). The attempt
+    /// stays in the evidence but does not count toward `attempts_max`: a write that waits for
+    /// a CRM's window or day is not failing, and must not be dead-lettered for it.
+    Deferred { at_ms: i64, error: String, doubt: Doubt },
     /// Dead-lettered for `error`: `dead`. In doubt, its version counts as possibly applied.
     Dead { error: String, doubt: Doubt },
 }
@@ -182,7 +186,7 @@ impl Finish {
         match self {
             Finish::Applied { .. } => ItemState::Done,
             Finish::Skipped { .. } => ItemState::SkippedStale,
-            Finish::Retry { .. } => ItemState::Pending,
+            Finish::Retry { .. } | Finish::Deferred { .. } => ItemState::Pending,
             Finish::Dead { .. } => ItemState::Dead,
         }
     }
@@ -193,6 +197,7 @@ impl Finish {
             Finish::Applied { .. } => Doubt::Clear,
             Finish::Skipped { doubt, .. }
             | Finish::Retry { doubt, .. }
+            | Finish::Deferred { doubt, .. }
             | Finish::Dead { doubt, .. } => *doubt,
         }
     }
@@ -203,6 +208,7 @@ impl Finish {
             Finish::Applied { .. } => None,
             Finish::Skipped { reason: error, .. }
             | Finish::Retry { error, .. }
+            | Finish::Deferred { error, .. }
             | Finish::Dead { error, .. } => Some(error),
         }
     }
@@ -218,8 +224,17 @@ impl Finish {
     /// finished, which no walk reads.
     pub(crate) fn next_attempt_at_ms(&self) -> i64 {
         match self {
-            Finish::Retry { at_ms, .. } => *at_ms,
+            Finish::Retry { at_ms, .. } | Finish::Deferred { at_ms, .. } => *at_ms,
             _ => 0,
+        }
+    }
+
+    /// The item's attempts after it, from the leased count (which includes this attempt):
+    /// a deferred attempt is given back.
+    pub(crate) fn attempts_after(&self, leased: i64) -> i64 {
+        match self {
+            Finish::Deferred { .. } => leased.saturating_sub(1).max(0),
+            _ => leased,
         }
     }
 
@@ -832,7 +847,7 @@ impl Store {
                  last_error = $7, finished_at_ms = $8, attempts = $2 WHERE id = $1",
             )
             .bind(item.id)
-            .bind(item.attempts)
+            .bind(finish.attempts_after(item.attempts))
             .bind(finish.item_state())
             .bind(finish.next_attempt_at_ms())
             .bind(i64::from(finish.doubt().is_in_doubt()))
