@@ -2602,10 +2602,20 @@ impl CompiledPipeline {
         let key_use: Vec<hookgate_verify::KeyUse> = (0..keys.len())
             .map(|i| self.secret_use.get(i).copied().unwrap_or(hookgate_verify::KeyUse::Shared))
             .collect();
+        let mut own_keys: Vec<usize> = self
+            .secret_use
+            .iter()
+            .filter_map(|u| match u {
+                hookgate_verify::KeyUse::Variant(v) => Some(*v),
+                hookgate_verify::KeyUse::Shared => None,
+            })
+            .collect();
+        own_keys.dedup();
         hookgate_verify::Verifier::with_key_use(
             self.scheme.clone(),
             keys,
             &key_use,
+            &own_keys,
             self.tolerance_secs,
         )
         .map(|verifier| verifier.with_senders(self.senders.clone()))

@@ -74,11 +74,30 @@ impl Default for Limits {
 }
 
 /// A loaded plugin library and the kind it describes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Plugin {
     path: PathBuf,
     table: &'static PluginTable,
     description: KindDescription,
+}
+
+/// What tells one library file from another: its path, and the file's device, inode, size
+/// and modification time (a new build copied in place changes the last two).
+type FileIdentity = (PathBuf, u64, u64, u64, i64, i64);
+
+fn file_identity(path: &Path) -> Option<FileIdentity> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((path.to_path_buf(), meta.dev(), meta.ino(), meta.size(), meta.mtime(), meta.mtime_nsec()))
+}
+
+/// The plugins this process has loaded, by the file each came from.
+fn loaded() -> std::sync::MutexGuard<'static, std::collections::HashMap<FileIdentity, Plugin>> {
+    static LOADED: std::sync::LazyLock<
+        std::sync::Mutex<std::collections::HashMap<FileIdentity, Plugin>>,
+    > = std::sync::LazyLock::new(Default::default);
+    // A map of loaded plugins: one poisoned by a panic elsewhere is still sound.
+    LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A copy of the library at `path` in a new file only this process knows, deleted when dropped.
@@ -110,26 +129,35 @@ impl Plugin {
                 target.display()
             )));
         }
+        // A library already loaded from this very file (a reload that left it alone) is the
+        // same plugin: libraries are never unloaded, so loading it again would only add
+        // another copy of its code and statics.
+        let identity = file_identity(&path);
+        if let Some(identity) = &identity
+            && let Some(loaded) = loaded().get(identity)
+        {
+            return Ok(loaded.clone());
+        }
         // The library is loaded from a private copy: the file is mapped, not read, so one
         // copied over the installed library in place (an upgrade by `cp`) would change the
         // code under the running process and crash it. The copy is unlinked once loaded; the
-        // mapping keeps it alive, and nothing can write to it.
+        // mapping keeps it alive, and nothing can write to it. Where the copy cannot be made
+        // or loaded (a temporary directory mounted `noexec`, a library that finds its own
+        // dependencies through `$ORIGIN`), the installed file is loaded in place, and must then
+        // be replaced by a rename, not overwritten.
         // A bare name is not a file but the system loader's search (`libc.so.6`), loaded as is.
         let bare = path.parent().is_none_or(|dir| dir.as_os_str().is_empty());
-        let copy = if bare {
-            None
-        } else {
-            Some(
-                private_copy(&path)
-                    .map_err(|e| open(format!("cannot make a private copy to load: {e}")))?,
-            )
-        };
-        let load_from = copy.as_ref().map_or(path.as_path(), |copy| copy.path());
+        let copy = if bare { None } else { private_copy(&path).ok() };
         // SAFETY: loading a library runs its initialisers, which is what loading a plugin
-        // means; the operator chose the directory it comes from.
-        let library =
-            unsafe { libloading::Library::new(load_from) }.map_err(|e| open(e.to_string()))?;
+        // means; the operator chose the directory it comes from, and the copy is its bytes.
+        let from_copy =
+            copy.as_ref().and_then(|copy| unsafe { libloading::Library::new(copy.path()) }.ok());
         drop(copy);
+        let library = match from_copy {
+            Some(library) => library,
+            // SAFETY: as above.
+            None => unsafe { libloading::Library::new(&path) }.map_err(|e| open(e.to_string()))?,
+        };
         // Never unloaded (see the module docs): the table and the functions stay valid for
         // the life of the process.
         let library: &'static libloading::Library = Box::leak(Box::new(library));
@@ -158,7 +186,11 @@ impl Plugin {
             }
         })?;
         let description = read_description(&path, &bytes)?;
-        Ok(Plugin { path, table, description })
+        let plugin = Plugin { path, table, description };
+        if let Some(identity) = identity {
+            loaded().insert(identity, plugin.clone());
+        }
+        Ok(plugin)
     }
 
     pub fn path(&self) -> &Path {

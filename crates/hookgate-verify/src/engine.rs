@@ -23,6 +23,9 @@ pub struct Verifier {
     keys: Vec<Key>,
     /// Which variants each key verifies, parallel to `keys`.
     key_use: Vec<KeyUse>,
+    /// By variant: whether it has keys of its own in the pipeline (then no shared key verifies
+    /// it), whether or not they are among `keys` (a signer holds one).
+    own_keys: Vec<bool>,
     /// For schemes with a `sender_field`: the senders trusted. Empty trusts none.
     senders: Vec<String>,
 }
@@ -50,15 +53,17 @@ impl Verifier {
         tolerance_secs: Option<u32>,
     ) -> Result<Verifier, KeyError> {
         let key_use = vec![KeyUse::Shared; secrets.len()];
-        Verifier::with_key_use(scheme, secrets, &key_use, tolerance_secs)
+        Verifier::with_key_use(scheme, secrets, &key_use, &[], tolerance_secs)
     }
 
-    /// [`Verifier::new`], each secret used as `key_use` says (parallel to `secrets`). Every
-    /// variant must have a key: its own, or a shared one.
+    /// [`Verifier::new`], each secret used as `key_use` says (parallel to `secrets`);
+    /// `own_keys` names the variants that have keys of their own in the pipeline, among
+    /// `secrets` or not, which no shared key verifies. Some variant must have a key.
     pub fn with_key_use(
         scheme: Scheme,
         secrets: &[SecretBytes],
         key_use: &[KeyUse],
+        own_keys: &[usize],
         tolerance_secs: Option<u32>,
     ) -> Result<Verifier, KeyError> {
         if let Some(problem) = scheme.problems().into_iter().next() {
@@ -74,14 +79,21 @@ impl Verifier {
                 key_use.len()
             )));
         }
-        for (index, _) in scheme.variants.iter().enumerate() {
-            let own = key_use.contains(&KeyUse::Variant(index));
-            if !own && !key_use.contains(&KeyUse::Shared) {
-                return Err(KeyError::Scheme(format!(
-                    "variant {} has no secret: none of its own, and none shared",
-                    index + 1
-                )));
-            }
+        let variants = scheme.variants.len();
+        let own_keys: Vec<bool> = (0..variants)
+            .map(|i| own_keys.contains(&i) || key_use.contains(&KeyUse::Variant(i)))
+            .collect();
+        if key_use.iter().any(|u| matches!(u, KeyUse::Variant(v) if *v >= variants)) {
+            return Err(KeyError::Scheme("a secret of a variant the scheme does not have".into()));
+        }
+        let usable = |variant: usize| {
+            key_use.iter().any(|u| match u {
+                KeyUse::Variant(v) => *v == variant,
+                KeyUse::Shared => !own_keys[variant],
+            })
+        };
+        if !(0..variants).any(usable) {
+            return Err(KeyError::Scheme("no variant has a secret among those given".into()));
         }
         let format = scheme.key_format();
         if scheme.variants.iter().any(|v| v.spec.key_format != format) {
@@ -98,6 +110,7 @@ impl Verifier {
             tolerance_secs,
             keys,
             key_use: key_use.to_vec(),
+            own_keys,
             senders: Vec::new(),
         })
     }
@@ -105,10 +118,9 @@ impl Verifier {
     /// Whether the key at `index` verifies `variant`: its own keys if it has any, else the
     /// shared ones.
     fn verifies(&self, index: usize, variant: usize) -> bool {
-        let own = self.key_use.contains(&KeyUse::Variant(variant));
         match self.key_use[index] {
             KeyUse::Variant(v) => v == variant,
-            KeyUse::Shared => !own,
+            KeyUse::Shared => !self.own_keys.get(variant).copied().unwrap_or(false),
         }
     }
 
