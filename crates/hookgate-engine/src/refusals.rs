@@ -61,13 +61,19 @@ impl RefusalLog {
         entry.first_at_ms = entry.first_at_ms.min(at_ms);
         entry.last_at_ms = entry.last_at_ms.max(at_ms);
         if let Some(url) = url {
-            entry.url = Some(hookgate_pipeline::evaluate::printable(url, REASON_CHARS_MAX));
+            entry.url =
+                Some(hookgate_pipeline::evaluate::printable(&shown_url(url), REASON_CHARS_MAX));
         }
     }
 
     /// Writes the counts; a failed write keeps them for the next (bounded as above).
     pub(crate) async fn flush(&self, store: &Store) -> Result<(), StoreError> {
-        let taken: Vec<RefusalCount> = std::mem::take(&mut *self.lock()).into_values().collect();
+        let mut taken: Vec<RefusalCount> =
+            std::mem::take(&mut *self.lock()).into_values().collect();
+        // Rows in one order in every process, so that two flushing at once do not deadlock.
+        taken.sort_by(|a, b| {
+            (&a.pipeline, &a.code, &a.reason).cmp(&(&b.pipeline, &b.code, &b.reason))
+        });
         if taken.is_empty() {
             return Ok(());
         }
@@ -86,7 +92,20 @@ impl RefusalLog {
                     None if room => {
                         counts.insert(key, count);
                     }
-                    None => {}
+                    // Kept under the catch-all reason, so that the count is never lost.
+                    None => {
+                        let more =
+                            (count.pipeline.clone(), count.code.clone(), MORE_REASONS.to_owned());
+                        let kept = counts.entry(more).or_insert_with(|| RefusalCount {
+                            reason: MORE_REASONS.to_owned(),
+                            refusals: 0,
+                            url: None,
+                            ..count.clone()
+                        });
+                        kept.refusals += count.refusals;
+                        kept.first_at_ms = kept.first_at_ms.min(count.first_at_ms);
+                        kept.last_at_ms = kept.last_at_ms.max(count.last_at_ms);
+                    }
                 }
             }
         }
@@ -99,9 +118,38 @@ impl RefusalLog {
     }
 }
 
+/// The URL as operators may see it: scheme, host, port and path. A `user:password@` and the
+/// query string go: the one is a credential, the other may carry a sender's personal data
+/// (a Twilio GET's `From` and `Body`), and neither is sealed or expires with the payloads.
+fn shown_url(url: &str) -> String {
+    let without_query = url.split(['?', '#']).next().unwrap_or_default();
+    match without_query.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+            let query = if without_query.len() < url.len() { "?…" } else { "" };
+            format!("{scheme}://{host}{path}{query}")
+        }
+        None => without_query.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Credentials and query strings are not kept.
+    #[test]
+    fn a_url_is_kept_without_its_credentials_or_query() {
+        assert_eq!(
+            shown_url("https://user:pass@hooks.example:443/hooks/twilio?From=%2B1&Body=hi"),
+            "https://hooks.example:443/hooks/twilio?…"
+        );
+        assert_eq!(
+            shown_url("https://hooks.example/hooks/square"),
+            "https://hooks.example/hooks/square"
+        );
+    }
 
     /// A flood of distinct reasons is counted in full, under a bounded number of reasons.
     #[test]

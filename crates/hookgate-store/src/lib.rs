@@ -157,7 +157,7 @@ pub use delivery::{
 pub use intake::{IntakeWriter, POSTGRES_INTAKE};
 pub use operate::{DeadLetter, Pause, PauseKind, ReplayFilter, TargetBacklog};
 pub use payloads::{PURGE_BATCH, PayloadTable, Purged, StoredAnswer, StoredPayload};
-pub use refusals::{REFUSALS_PER_PIPELINE_MAX, RefusalCount};
+pub use refusals::{REFUSALS_KEPT_MS, REFUSALS_PER_PIPELINE_MAX, RefusalCount};
 pub use state::{AttemptOutcome, DeliveryOutcome, EventState, ItemState, WriteView};
 
 /// Everything about one verified delivery that the inbox keeps.

@@ -10,6 +10,9 @@ use crate::{Result, Store};
 /// (a header of random text) replaces rows, it does not grow the table.
 pub const REFUSALS_PER_PIPELINE_MAX: i64 = 200;
 
+/// A row not seen again for this long is deleted (a pipeline removed, a fixed secret).
+pub const REFUSALS_KEPT_MS: i64 = 30 * 24 * 3600 * 1000;
+
 /// Refusals of one (pipeline, code, reason) counted since the last write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusalCount {
@@ -59,6 +62,11 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             }
+            let newest = counts.iter().map(|c| c.last_at_ms).max().unwrap_or(0);
+            sqlx::query("DELETE FROM signature_refusals WHERE last_at_ms < $1")
+                .bind(newest.saturating_sub(REFUSALS_KEPT_MS))
+                .execute(&mut *tx)
+                .await?;
             let mut pipelines: Vec<&str> = counts.iter().map(|c| c.pipeline.as_str()).collect();
             pipelines.sort_unstable();
             pipelines.dedup();

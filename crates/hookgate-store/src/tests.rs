@@ -1553,6 +1553,12 @@ async fn signature_refusals_add_up_and_stay_bounded() {
         assert_eq!(rows[0].reason, format!("forged {}", max + 4), "newest first");
         assert!(rows.iter().all(|r| r.reason != "wrong secret"), "the oldest went first");
         assert!(store.signature_refusals(Some("stripe"), 10).await.unwrap().is_empty());
+        // A reason not seen for longer than rows are kept goes at the next write.
+        let mut month_later = count("new reason", 10_000 + max + 5 + REFUSALS_KEPT_MS + 1, 1);
+        month_later.pipeline = "stripe".into();
+        store.record_refusals(&[month_later]).await.unwrap();
+        assert!(store.signature_refusals(Some("github"), 1_000).await.unwrap().is_empty());
+        assert_eq!(store.signature_refusals(Some("stripe"), 10).await.unwrap().len(), 1);
     })
     .await;
 }
