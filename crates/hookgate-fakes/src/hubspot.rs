@@ -306,51 +306,40 @@ fn admit(
     Ok(limits(remaining - 1))
 }
 
-/// HubSpot's 429: its body, the headers of a used-up window, and `Retry-After` (whole
-/// seconds, at least one) if given.
+/// HubSpot's 429 for a used-up window: its body, the window's headers at zero, and
+/// `Retry-After` (whole seconds, at least one) if given.
 fn rate_limited(state: &HubSpotState, retry_after: Option<Duration>) -> Response {
-    let body = json!({
-        "status": "error",
-        "message": "You have reached your ten_secondly_rolling limit.",
-        "errorType": "RATE_LIMIT",
-        "correlationId": "bbbbbbbb-0000-4000-8000-000000000000",
-        "policyName": "TEN_SECONDLY_ROLLING",
-        "category": "RATE_LIMITS",
-    });
-    let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
-    let limits = [
+    let mut headers = vec![
         ("x-hubspot-ratelimit-max", state.max_per_window.to_string()),
         ("x-hubspot-ratelimit-remaining", "0".to_owned()),
         ("x-hubspot-ratelimit-interval-milliseconds", state.window_length.as_millis().to_string()),
     ];
-    for (name, value) in limits {
-        response.headers_mut().insert(name, HeaderValue::from_str(&value).expect("ascii"));
-    }
     if let Some(wait) = retry_after {
-        response.headers_mut().insert("retry-after", HeaderValue::from(wait.as_secs().max(1)));
+        headers.push(("retry-after", wait.as_secs().max(1).to_string()));
     }
-    response
+    too_many_requests("ten_secondly_rolling", "TEN_SECONDLY_ROLLING", &headers)
 }
 
 /// HubSpot's 429 for a day's calls used up: `policyName: DAILY`, the daily headers at zero.
 fn daily_limit_reached(state: &HubSpotState) -> Response {
-    let body = json!({
-        "status": "error",
-        "message": "You have reached your daily limit.",
-        "errorType": "RATE_LIMIT",
-        "correlationId": "cccccccc-0000-4000-8000-000000000000",
-        "policyName": "DAILY",
-        "category": "RATE_LIMITS",
-    });
-    let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
-    let limits = [
+    let headers = [
         ("x-hubspot-ratelimit-daily", state.daily_limit.to_string()),
         ("x-hubspot-ratelimit-daily-remaining", "0".to_owned()),
     ];
-    for (name, value) in limits {
-        response.headers_mut().insert(name, HeaderValue::from_str(&value).expect("ascii"));
-    }
-    response
+    too_many_requests("daily", "DAILY", &headers)
+}
+
+/// HubSpot's 429 body for the limit `policy` (`limit` as its message names it), with headers.
+fn too_many_requests(limit: &str, policy: &str, headers: &[(&'static str, String)]) -> Response {
+    let body = json!({
+        "status": "error",
+        "message": format!("You have reached your {limit} limit."),
+        "errorType": "RATE_LIMIT",
+        "correlationId": "bbbbbbbb-0000-4000-8000-000000000000",
+        "policyName": policy,
+        "category": "RATE_LIMITS",
+    });
+    with_headers((StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response(), headers)
 }
 
 fn with_headers(mut response: Response, headers: &[(&'static str, String)]) -> Response {
